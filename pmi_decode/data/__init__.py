@@ -1,0 +1,40 @@
+"""Document-grounded dialogue data sets as one record type, behind :func:`load_dialogues`."""
+
+from __future__ import annotations
+
+import logging
+
+from .faithdial import load_faithdial
+from .multidoc2dial import load_multidoc2dial
+from .records import DialogueRecord, LoadReport
+from .topicalchat import load_topicalchat
+
+logger = logging.getLogger(__name__)
+
+LOADERS = {"faithdial": load_faithdial, "multidoc2dial": load_multidoc2dial, "topicalchat": load_topicalchat}
+
+__all__ = ["DialogueRecord", "LoadReport", "LOADERS", "load_dialogues"]
+
+
+def load_dialogues(name: str, split: str, data_dir=None, *, return_report: bool = False, **options):
+    """Records (id, document, history, response, meta) of one split of a data set.
+
+    ``name`` is ``faithdial``, ``multidoc2dial`` or ``topicalchat``; ``data_dir`` is the folder
+    of the official files (FaithDial: None reads the hub). Data-set options pass through
+    (``rare``, ``skip_personal_knowledge``, ``reading_set`` for Topical-Chat; ``dial_file``,
+    ``doc_file`` for MultiDoc2Dial). What was skipped or could not be resolved is logged; with
+    ``return_report=True`` the result is ``(records, LoadReport)``.
+    """
+    key = name.lower().replace("-", "").replace("_", "")
+    if key not in LOADERS:
+        raise ValueError(f"unknown data set {name!r}; choose one of {sorted(LOADERS)}")
+    report = LoadReport(dataset=key, split=split)
+    records = LOADERS[key](split, data_dir, report=report, **options)
+    report.records = len(records)
+    if report.skipped or report.unresolved:
+        logger.warning("%s", report.summary())
+        for key_, examples in report.examples.items():
+            logger.info("%s, e.g. %s", key_, "; ".join(examples))
+    else:
+        logger.info("%s", report.summary())
+    return (records, report) if return_report else records
