@@ -1,0 +1,17 @@
+"""pmi-decode: faithful decoding for document-grounded dialogue with Hugging Face generate."""
+
+from .inputs import DialogueFormat, EncodedDialogue, build_inputs, encode_dialogue, encode_response
+from .processor import PMIDecode, nucleus_mask, pmi_scores
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DialogueFormat",
+    "EncodedDialogue",
+    "PMIDecode",
+    "build_inputs",
+    "encode_dialogue",
+    "encode_response",
+    "nucleus_mask",
+    "pmi_scores",
+]
