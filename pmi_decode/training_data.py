@@ -1,0 +1,198 @@
+"""Training examples from dialogue records, built with the same formatter decoding uses.
+
+A fine-tuned checkpoint must be decoded with exactly the text layout it was trained on, so the
+layout (a :class:`~pmi_decode.inputs.DialogueFormat` plus history/length limits) is saved next to
+the weights as ``pmi_decode_format.json`` and read back by the decoder. Prompts come from
+:func:`~pmi_decode.inputs.encode_dialogue` and targets from
+:func:`~pmi_decode.inputs.encode_response`; for decoder-only models the prompt positions get
+label -100 so the loss covers the response tokens only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from .inputs import DialogueFormat, encode_dialogue, encode_response, pad_token_id
+
+logger = logging.getLogger(__name__)
+
+FORMAT_FILE = "pmi_decode_format.json"
+SPECIAL_TOKENS = ["<knowledge>", "<user>", "<agent>"]
+# Speaker and knowledge markers as their own tokens (added to the tokenizer before fine-tuning).
+SPECIAL_TOKEN_FORMAT = DialogueFormat(
+    document_prefix="<knowledge> ", user_prefix="<user> ", agent_prefix="<agent> ", separator=" ",
+    response_prefix="<agent>",
+)
+IGNORE_INDEX = -100
+
+
+@dataclass
+class InputSpec:
+    """Everything that decides the model input text: saved with a checkpoint, reused to decode it."""
+
+    format: DialogueFormat = field(default_factory=lambda: SPECIAL_TOKEN_FORMAT)
+    max_history_turns: int | None = 2
+    max_source_length: int | None = 512
+    max_target_length: int | None = 128
+    chat_template: bool = False
+    special_tokens: list[str] = field(default_factory=lambda: list(SPECIAL_TOKENS))
+
+    def encode_kwargs(self) -> dict:
+        """Keyword arguments for ``encode_dialogue`` / ``build_inputs``."""
+        return {"format": self.format, "max_history_turns": self.max_history_turns,
+                "max_length": self.max_source_length, "chat_template": self.chat_template}
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["format"] = asdict(self.format)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "input spec") -> "InputSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
+        data = dict(data)
+        fmt = data.pop("format", None)
+        if isinstance(fmt, dict):
+            allowed = {f.name for f in fields(DialogueFormat)}
+            bad = set(fmt) - allowed
+            if bad:
+                raise ValueError(f"{where}: unknown format keys {sorted(bad)}; allowed: {sorted(allowed)}")
+            data["format"] = DialogueFormat(**fmt)
+        elif fmt is not None:
+            data["format"] = fmt
+        return cls(**data)
+
+
+def save_input_spec(output_dir, spec: InputSpec) -> Path:
+    path = Path(output_dir) / FORMAT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(spec.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def load_input_spec(model_dir) -> InputSpec | None:
+    """The spec saved with a fine-tuned checkpoint, or None when the folder has none."""
+    path = Path(model_dir) / FORMAT_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: line {err.lineno}: not valid JSON ({err.msg})") from None
+    return InputSpec.from_dict(data, where=str(path))
+
+
+def add_special_tokens(tokenizer, model, tokens: Sequence[str]) -> list[int]:
+    """Add ``tokens`` to the tokenizer, resize the model's embeddings; returns the tokens' ids."""
+    if tokens:
+        tokenizer.add_special_tokens({"additional_special_tokens": list(tokens)}, replace_extra_special_tokens=False)
+    if model is not None and len(tokenizer) != model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
+    return tokenizer.convert_tokens_to_ids(list(tokens))
+
+
+def build_features(tokenizer, document: str, history: Sequence[str], response: str, *,
+                   is_encoder_decoder: bool, spec: InputSpec) -> dict:
+    """``input_ids`` and ``labels`` of one example (plus ``truncated``).
+
+    Seq2seq: the source is the conditional prompt and the labels are the target ids. Decoder-only:
+    the sequence is prompt + response (+ EOS) and the prompt positions are labelled -100.
+    """
+    enc = encode_dialogue(tokenizer, document, history, is_encoder_decoder=is_encoder_decoder, **spec.encode_kwargs())
+    target = encode_response(tokenizer, response, is_encoder_decoder=is_encoder_decoder,
+                             chat_template=_uses_chat(tokenizer, is_encoder_decoder, spec))
+    if spec.max_target_length is not None and len(target) > spec.max_target_length:
+        target = target[: spec.max_target_length - 1] + target[-1:]  # keep the closing EOS
+    if is_encoder_decoder:
+        input_ids, labels = list(enc.conditional), list(target)
+    else:
+        input_ids = list(enc.conditional) + list(target)
+        labels = [IGNORE_INDEX] * len(enc.conditional) + list(target)
+    return {"input_ids": input_ids, "labels": labels, "truncated": enc.truncated}
+
+
+def _uses_chat(tokenizer, is_encoder_decoder: bool, spec: InputSpec) -> bool:
+    return bool(spec.chat_template) and not is_encoder_decoder
+
+
+class DialogueDataset(torch.utils.data.Dataset):
+    """Features of a list of records (objects or dicts with document, history, response).
+
+    A record whose last history turn alone exceeds ``max_source_length`` cannot be encoded
+    without cutting that turn; it is left out and its id kept in ``too_long``."""
+
+    def __init__(self, records, tokenizer, *, is_encoder_decoder: bool, spec: InputSpec):
+        self.features, self.too_long = [], []
+        for r in records:
+            try:
+                self.features.append(build_features(tokenizer, r["document"], r["history"], r["response"],
+                                                    is_encoder_decoder=is_encoder_decoder, spec=spec))
+            except ValueError as err:
+                if "does not fit in max_length" not in str(err):
+                    raise
+                self.too_long.append(r["id"] if "id" in r.keys() else len(self.features))
+        if self.too_long:
+            logger.warning("left out %d records whose last turn alone exceeds max_source_length=%s",
+                           len(self.too_long), spec.max_source_length)
+        self.num_truncated = sum(f.pop("truncated") for f in self.features)
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.features[i]
+
+
+@dataclass
+class DialogueCollator:
+    """Right-pads ``input_ids`` (pad id) and ``labels`` (-100) into tensors; the model derives
+    the decoder inputs of seq2seq models from the labels."""
+
+    tokenizer: object
+    pad_to_multiple_of: int | None = None
+
+    def __call__(self, features: list[dict]) -> dict:
+        pad = pad_token_id(self.tokenizer)
+        batch = {}
+        for key, value in (("input_ids", pad), ("labels", IGNORE_INDEX)):
+            seqs = [f[key] for f in features]
+            width = max(len(s) for s in seqs)
+            if self.pad_to_multiple_of:
+                width = -(-width // self.pad_to_multiple_of) * self.pad_to_multiple_of
+            out = torch.full((len(seqs), width), value, dtype=torch.long)
+            for row, seq in enumerate(seqs):
+                out[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            batch[key] = out
+            if key == "input_ids":
+                mask = torch.zeros_like(out)
+                for row, seq in enumerate(seqs):
+                    mask[row, : len(seq)] = 1
+                batch["attention_mask"] = mask
+        return batch
+
+
+def holdout_split(records, part: str, *, key: str, test: int, eval: int, seed: int = 0):
+    """Split one file's records into train/eval/test by whole groups (e.g. conversations).
+
+    Groups are ``record.meta[key]``; ``test`` and ``eval`` groups are drawn with ``seed``, the
+    rest is ``train``. Used to fine-tune and decode on disjoint conversations of one file.
+    """
+    if part not in ("train", "eval", "test"):
+        raise ValueError(f"part must be train, eval or test, got {part!r}")
+    groups = sorted({r.meta[key] for r in records})
+    if test + eval >= len(groups):
+        raise ValueError(f"holdout of {test} test + {eval} eval groups leaves no training group ({len(groups)} in all)")
+    random.Random(seed).shuffle(groups)
+    chosen = {"test": set(groups[:test]), "eval": set(groups[test : test + eval]),
+              "train": set(groups[test + eval :])}[part]
+    return [r for r in records if r.meta[key] in chosen]

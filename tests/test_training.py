@@ -1,0 +1,226 @@
+"""Training features, the collator, the saved input layout, and fine-tuning smoke runs on tiny models."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+from pmi_decode import PMIDecode, build_inputs, encode_dialogue, encode_response
+from pmi_decode.data import load_dialogues
+from pmi_decode.training_data import (
+    IGNORE_INDEX,
+    SPECIAL_TOKENS,
+    DialogueCollator,
+    DialogueDataset,
+    InputSpec,
+    add_special_tokens,
+    build_features,
+    holdout_split,
+    load_input_spec,
+    save_input_spec,
+)
+from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from training.finetune import finetune, load_config  # noqa: E402
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def _tok(kind):
+    tok = tiny_tokenizer(kind)
+    add_special_tokens(tok, None, SPECIAL_TOKENS)
+    return tok
+
+
+def test_decoder_only_labels_mask_the_prompt():
+    tok, spec = _tok("llama"), InputSpec()
+    doc, history = DIALOGUES[0]
+    feat = build_features(tok, doc, history, "It is in Paris.", is_encoder_decoder=False, spec=spec)
+    prompt = encode_dialogue(tok, doc, history, is_encoder_decoder=False, **spec.encode_kwargs()).conditional
+    target = encode_response(tok, "It is in Paris.", is_encoder_decoder=False)
+    assert feat["input_ids"] == prompt + target
+    assert feat["labels"] == [IGNORE_INDEX] * len(prompt) + target
+    assert target[-1] == tok.eos_token_id
+    assert tok.convert_tokens_to_ids("<knowledge>") in prompt and tok.convert_tokens_to_ids("<agent>") == prompt[-1]
+
+
+def test_seq2seq_labels_are_the_target():
+    tok, spec = _tok("bart"), InputSpec()
+    doc, history = DIALOGUES[2]
+    feat = build_features(tok, doc, history, "The Beatles.", is_encoder_decoder=True, spec=spec)
+    assert feat["input_ids"] == encode_dialogue(tok, doc, history, is_encoder_decoder=True, **spec.encode_kwargs()).conditional
+    assert feat["labels"] == tok(text_target="The Beatles.")["input_ids"]
+    assert IGNORE_INDEX not in feat["labels"]
+
+
+def test_target_truncation_keeps_eos():
+    tok = _tok("llama")
+    spec = InputSpec(max_target_length=5)
+    feat = build_features(tok, "d", ["hi"], "a long response with many many tokens", is_encoder_decoder=False, spec=spec)
+    labels = [t for t in feat["labels"] if t != IGNORE_INDEX]
+    assert len(labels) == 5 and labels[-1] == tok.eos_token_id
+
+
+def test_history_truncation_keeps_the_last_turn():
+    tok, spec = _tok("llama"), InputSpec(max_history_turns=2)
+    history = ["first turn", "second turn", "third turn", "Tell me about Paris."]
+    text = tok.decode(encode_dialogue(tok, "doc", history, is_encoder_decoder=False, **spec.encode_kwargs()).conditional)
+    assert "first" not in text and "second" not in text and "third turn" in text and "Paris" in text
+    long_doc = " ".join(["The Eiffel Tower is in Paris."] * 50)
+    tight = InputSpec(max_history_turns=None, max_source_length=60)
+    enc = encode_dialogue(tok, long_doc, history, is_encoder_decoder=False, **tight.encode_kwargs())
+    assert len(enc.conditional) <= 60 and enc.truncated
+    assert tok.decode(enc.conditional).rstrip().endswith("<user> Tell me about Paris. <agent>")
+
+
+@pytest.mark.parametrize("kind,enc_dec", [("bart", True), ("llama", False)])
+def test_unconditional_is_conditional_minus_document(kind, enc_dec):
+    tok, spec = _tok(kind), InputSpec()
+    for doc, history in DIALOGUES:
+        enc = encode_dialogue(tok, doc, history, is_encoder_decoder=enc_dec, **spec.encode_kwargs())
+        cond, uncond = enc.conditional, enc.unconditional
+        k = len(cond) - len(uncond)
+        cuts = [i for i in range(len(uncond) + 1) if cond[:i] + cond[i + k:] == uncond]
+        assert cuts, "the unconditional input is not the conditional one with one span removed"
+        removed = tok.decode(cond[cuts[0]: cuts[0] + k])
+        assert removed.strip() == f"<knowledge> {doc}"
+
+
+def test_dataset_leaves_out_records_whose_last_turn_does_not_fit():
+    tok = _tok("llama")
+    records = [{"id": "ok", "document": "d", "history": ["hi"], "response": "yes"},
+               {"id": "long", "document": "d", "history": ["word " * 80], "response": "yes"}]
+    data = DialogueDataset(records, tok, is_encoder_decoder=False, spec=InputSpec(max_source_length=40))
+    assert len(data) == 1 and data.too_long == ["long"]
+
+
+def test_collator_pads_labels_with_ignore_index():
+    tok = _tok("llama")
+    feats = [{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [5], "labels": [5]}]
+    batch = DialogueCollator(tok)(feats)
+    assert batch["input_ids"].tolist() == [[5, 6, 7], [5, 0, 0]]
+    assert batch["labels"].tolist() == [[-100, 6, 7], [5, -100, -100]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+
+
+def test_input_spec_round_trip(tmp_path):
+    spec = InputSpec(max_history_turns=3, max_source_length=256)
+    save_input_spec(tmp_path, spec)
+    assert load_input_spec(tmp_path) == spec
+    assert load_input_spec(tmp_path / "nothing") is None
+    (tmp_path / "pmi_decode_format.json").write_text('{"max_history": 2}')
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_input_spec(tmp_path)
+
+
+def test_config_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("dataset: topicalchat\nlearning_rate: 6.25e-5\nlora: {r: 8}\n")
+    config = load_config(path, ["learning_rate=1e-4", "lora.r=4", "max_steps=7"])
+    assert config["learning_rate"] == 1e-4 and config["lora"] == {"r": 4} and config["max_steps"] == 7
+    with pytest.raises(ValueError, match="unknown config key 'learning_rat'"):
+        load_config(path, ["learning_rat=1"])
+    for name in ("faithdial", "multidoc2dial", "topicalchat", "topicalchat_smollm2_lora"):
+        cfg = load_config(ROOT / "configs" / f"{name}.yaml")
+        assert cfg["dataset"] and cfg["max_history_turns"] == 2
+    paper = load_config(ROOT / "configs" / "topicalchat.yaml")
+    assert paper["learning_rate"] == 6.25e-5 and paper["warmup_ratio"] == 0.04
+    assert paper["per_device_train_batch_size"] * paper["gradient_accumulation_steps"] == 32
+
+
+def test_holdout_split_is_disjoint_by_conversation():
+    records = load_dialogues("topicalchat", "validation", FIX / "topicalchat")
+    parts = {p: holdout_split(records, p, key="conversation_id", test=1, eval=0) for p in ("train", "eval", "test")}
+    assert parts["eval"] == [] and len(parts["train"]) + len(parts["test"]) == len(records)
+    assert {r.meta["conversation_id"] for r in parts["train"]}.isdisjoint({r.meta["conversation_id"] for r in parts["test"]})
+
+
+def _records():
+    records = load_dialogues("topicalchat", "validation", FIX / "topicalchat_postbuild")
+    return records[:8], records[8:12]
+
+
+def _fixed_loss(model, tok, records, enc_dec, spec):
+    feats = [build_features(tok, r.document, r.history, r.response, is_encoder_decoder=enc_dec, spec=spec)
+             for r in records]
+    batch = DialogueCollator(tok)(feats)
+    model.eval()
+    with torch.no_grad():
+        return model(**batch).loss.item()
+
+
+def _config(tmp_path, **extra):
+    config = load_config(None, [])
+    config.update(dataset="topicalchat", output_dir=str(tmp_path / "out"), learning_rate=3e-3, max_steps=30,
+                  per_device_train_batch_size=4, gradient_accumulation_steps=1, max_source_length=320,
+                  max_target_length=48, eval_strategy="no", warmup_ratio=0.0, logging_steps=5, threads=1,
+                  training_args={"disable_tqdm": True, "save_strategy": "no"})
+    config.update(extra)
+    return config
+
+
+def _decode_with_pmi(out, enc_dec, records):
+    cls = AutoModelForSeq2SeqLM if enc_dec else AutoModelForCausalLM
+    model, tok = cls.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+    spec = load_input_spec(out)
+    assert spec is not None and spec.special_tokens == SPECIAL_TOKENS
+    inputs = build_inputs(tok, [r.document for r in records], [r.history for r in records], model=model,
+                          **spec.encode_kwargs())
+    processor = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"])
+    seqs = model.generate(**inputs["conditional"], logits_processor=[processor], num_beams=4, max_new_tokens=6,
+                          do_sample=False, pad_token_id=tok.pad_token_id)
+    assert seqs.shape[0] == len(records)
+    return model, tok, spec
+
+
+@pytest.mark.parametrize("kind", ["bart", "llama"])
+def test_finetune_lowers_loss_and_reloads(tmp_path, kind):
+    enc_dec = kind == "bart"
+    model, tok = tiny_model(kind, dtype=torch.float32), tiny_tokenizer(kind)
+    train, evals = _records()
+    spec = InputSpec(max_source_length=320, max_target_length=48)
+    add_special_tokens(tok, model, SPECIAL_TOKENS)
+    before = _fixed_loss(model, tok, train[:4], enc_dec, spec)
+    summary = finetune(_config(tmp_path), model=model, tokenizer=tok, train_records=train, eval_records=evals)
+    after = _fixed_loss(model, tok, train[:4], enc_dec, spec)
+    assert summary["global_step"] == 30
+    assert after < before - 0.5, (before, after)
+    reloaded, rtok, _ = _decode_with_pmi(summary["output_dir"], enc_dec, evals[:2])
+    assert abs(_fixed_loss(reloaded, rtok, train[:4], enc_dec, spec) - after) < 1e-4
+
+
+def test_finetune_lora_trains_adapter_and_new_tokens(tmp_path):
+    model, tok = tiny_model("llama", dtype=torch.float32), tiny_tokenizer("llama")
+    train, evals = _records()
+    spec = InputSpec(max_source_length=320, max_target_length=48)
+    add_special_tokens(tok, model, SPECIAL_TOKENS)
+    new_rows = model.get_input_embeddings().weight[-3:].detach().clone()
+    before = _fixed_loss(model, tok, train[:4], False, spec)
+    config = _config(tmp_path, lora={"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear"},
+                     learning_rate=3e-2)
+    summary = finetune(config, model=model, tokenizer=tok, train_records=train, eval_records=evals)
+    out = Path(summary["output_dir"])
+    assert (out / "adapter" / "adapter_config.json").is_file()
+    merged, rtok, _ = _decode_with_pmi(out, False, evals[:2])
+    # a random tiny model moves slowly under a rank-8 adapter; an untrained one stays within 0.01
+    assert _fixed_loss(merged, rtok, train[:4], False, spec) < before - 0.08
+    assert not torch.allclose(merged.get_input_embeddings().weight[-3:], new_rows)
+
+
+def test_finetune_early_stopping_checkpoints_and_resume(tmp_path):
+    model, tok = tiny_model("llama", dtype=torch.float32), tiny_tokenizer("llama")
+    train, evals = _records()
+    config = _config(tmp_path, max_steps=6, eval_strategy="steps", eval_steps=3, eval_before_training=True,
+                     training_args={"disable_tqdm": True})
+    summary = finetune(config, model=model, tokenizer=tok, train_records=train, eval_records=evals)
+    out = Path(summary["output_dir"])
+    assert (out / "checkpoint-3").is_dir() and (out / "checkpoint-6").is_dir()
+    assert summary["eval_loss_after"] < summary["eval_loss_before"]
+    model2, tok2 = tiny_model("llama", dtype=torch.float32), tiny_tokenizer("llama")
+    resumed = finetune(dict(config, max_steps=9, resume_from_checkpoint=str(out / "checkpoint-6")),
+                       model=model2, tokenizer=tok2, train_records=train, eval_records=evals)
+    assert resumed["global_step"] == 9

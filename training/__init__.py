@@ -1,0 +1,1 @@
+"""Fine-tuning entry points (run as scripts: ``python training/finetune.py --config ...``)."""

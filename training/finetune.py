@@ -1,0 +1,312 @@
+"""Fine-tune a seq2seq or decoder-only model on a document-grounded dialogue data set.
+
+    python training/finetune.py --config configs/topicalchat.yaml --set data_dir=/data/Topical-Chat
+    python training/finetune.py --config configs/topicalchat.yaml --max_steps 30 --output_dir runs/try
+
+The paper's recipe (Nandwani et al., 2023, after the FaithDial/Topical-Chat baselines) is the
+default: BART-large, learning rate 6.25e-5 with a linear schedule and 4% warm-up, effective batch
+32 through gradient accumulation, source length 512, the last 2 history turns, speaker and
+knowledge tokens added to the tokenizer. Training runs on the transformers ``Trainer`` with early
+stopping on validation loss, checkpoints and resume; ``lora:`` switches to a peft LoRA adapter.
+The input layout is saved as ``pmi_decode_format.json`` so ``eval/decode.py`` rebuilds the same
+inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from pmi_decode.training_data import (  # noqa: E402
+    SPECIAL_TOKEN_FORMAT,
+    DialogueCollator,
+    DialogueDataset,
+    InputSpec,
+    add_special_tokens,
+    holdout_split,
+    save_input_spec,
+)
+
+logger = logging.getLogger("finetune")
+
+DEFAULTS = {
+    "dataset": None,            # faithdial | multidoc2dial | topicalchat
+    "data_dir": None,
+    "loader_options": {},       # passed to load_dialogues (e.g. rare, reading_set)
+    "train_split": "train",
+    "eval_split": "validation",
+    "holdout": None,            # {key, test, eval, seed}: split one file by conversation instead
+    "max_train_examples": None,
+    "max_eval_examples": None,
+    "model": "facebook/bart-large",
+    "output_dir": "runs/finetune",
+    "special_tokens": True,     # add <knowledge>/<user>/<agent> and use them as the prefixes
+    "format": None,             # DialogueFormat fields, overriding the default layout
+    "chat_template": False,
+    "max_source_length": 512,
+    "max_target_length": 128,
+    "max_history_turns": 2,
+    "learning_rate": 6.25e-5,
+    "lr_scheduler_type": "linear",
+    "warmup_ratio": 0.04,
+    "per_device_train_batch_size": 4,
+    "gradient_accumulation_steps": 8,
+    "per_device_eval_batch_size": 8,
+    "num_train_epochs": 10,
+    "max_steps": -1,
+    "eval_strategy": "epoch",
+    "eval_steps": None,
+    "logging_steps": 10,
+    "early_stopping_patience": 2,
+    "save_total_limit": 2,
+    "fp16": False,
+    "bf16": False,
+    "seed": 42,
+    "threads": None,            # torch.set_num_threads
+    "eval_before_training": False,
+    "resume_from_checkpoint": None,
+    "lora": None,               # {r, alpha, dropout, target_modules, merge}
+    "training_args": {},        # any other TrainingArguments
+}
+
+
+def parse_value(text: str):
+    """A YAML scalar; numbers such as 1e-4 (a string to YAML 1.1) become floats."""
+    value = yaml.safe_load(text) if text != "" else ""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
+def apply_override(config: dict, assignment: str) -> None:
+    if "=" not in assignment:
+        raise ValueError(f"--set expects key=value, got {assignment!r}")
+    key, value = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    node = config
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    if len(parts) == 1 and parts[0] not in DEFAULTS:
+        raise ValueError(f"unknown config key {parts[0]!r}; known keys: {', '.join(sorted(DEFAULTS))}")
+    node[parts[-1]] = parse_value(value)
+
+
+def load_config(path=None, overrides=()) -> dict:
+    """Defaults, then the YAML file, then ``key=value`` overrides (dotted keys reach nested ones)."""
+    config = copy.deepcopy(DEFAULTS)
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            raise ValueError(f"{path}: not valid YAML ({err})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a mapping of config keys")
+        unknown = set(data) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(f"{path}: unknown config keys {sorted(unknown)}")
+        config.update(data)
+    for assignment in overrides:
+        apply_override(config, assignment)
+    return config
+
+
+def input_spec(config: dict) -> InputSpec:
+    fmt = SPECIAL_TOKEN_FORMAT if config["special_tokens"] else None
+    data = {"max_history_turns": config["max_history_turns"], "max_source_length": config["max_source_length"],
+            "max_target_length": config["max_target_length"], "chat_template": bool(config["chat_template"]),
+            "special_tokens": [] if not config["special_tokens"] else None}
+    data = {k: v for k, v in data.items() if v is not None}
+    spec = InputSpec.from_dict(data)
+    if fmt is None:
+        from pmi_decode.inputs import DialogueFormat
+
+        fmt = DialogueFormat()
+    if config.get("format"):
+        from dataclasses import replace
+
+        fmt = replace(fmt, **config["format"])
+    spec.format = fmt
+    return spec
+
+
+def load_split(config: dict, part: str):
+    """Records of ``part`` ('train', 'eval' or 'test') as the config defines them."""
+    from pmi_decode.data import load_dialogues
+
+    if not config["dataset"]:
+        raise ValueError("config key 'dataset' is not set (faithdial, multidoc2dial or topicalchat)")
+    options = dict(config.get("loader_options") or {})
+    holdout = config.get("holdout")
+    if holdout:
+        records = load_dialogues(config["dataset"], config["train_split"], config["data_dir"], **options)
+        records = holdout_split(records, part, key=holdout.get("key", "conversation_id"), test=holdout["test"],
+                                eval=holdout["eval"], seed=holdout.get("seed", 0))
+    else:
+        split = {"train": config["train_split"], "eval": config["eval_split"]}.get(part, config.get("test_split", "test"))
+        records = load_dialogues(config["dataset"], split, config["data_dir"], **options)
+    limit = config.get(f"max_{part}_examples")
+    return records[:limit] if limit else records
+
+
+def load_model(name: str):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from pmi_decode.models import resolve_model
+
+    path = resolve_model(name)
+    config = AutoConfig.from_pretrained(path)
+    cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+    model = cls.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model, tokenizer
+
+
+def _apply_lora(model, lora: dict, new_token_ids: list[int], is_encoder_decoder: bool):
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    allowed = {"r", "alpha", "dropout", "target_modules", "merge"}
+    bad = set(lora) - allowed
+    if bad:
+        raise ValueError(f"unknown lora keys {sorted(bad)}; allowed: {sorted(allowed)}")
+    peft_config = LoraConfig(
+        task_type=TaskType.SEQ_2_SEQ_LM if is_encoder_decoder else TaskType.CAUSAL_LM,
+        r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)), lora_dropout=float(lora.get("dropout", 0.05)),
+        target_modules=lora.get("target_modules"),
+        # the new speaker/knowledge tokens need trained embeddings; only their rows are trained
+        trainable_token_indices=list(new_token_ids) or None,
+    )
+    model = get_peft_model(model, peft_config)
+    model.print_trainable_parameters()
+    return model
+
+
+def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, eval_records=None) -> dict:
+    """Train as ``config`` says; returns a summary (output_dir, losses, steps)."""
+    import torch
+    from transformers import EarlyStoppingCallback, Trainer, TrainingArguments, set_seed
+
+    if config.get("threads"):
+        torch.set_num_threads(int(config["threads"]))
+    set_seed(int(config["seed"]))
+    if model is None or tokenizer is None:
+        model, tokenizer = load_model(config["model"])
+    enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    spec = input_spec(config)
+    new_ids = add_special_tokens(tokenizer, model, spec.special_tokens)
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if train_records is None:
+        train_records = load_split(config, "train")
+    if eval_records is None:
+        eval_records = load_split(config, "eval")
+    if not train_records:
+        raise ValueError("no training records: check dataset, data_dir and the split settings")
+    train_set = DialogueDataset(train_records, tokenizer, is_encoder_decoder=enc_dec, spec=spec)
+    eval_set = DialogueDataset(eval_records, tokenizer, is_encoder_decoder=enc_dec, spec=spec) if eval_records else None
+    logger.info("train %d examples (%d truncated), eval %d", len(train_set), train_set.num_truncated,
+                len(eval_set) if eval_set else 0)
+    lora = config.get("lora")
+    if lora:
+        model = _apply_lora(model, dict(lora), new_ids, enc_dec)
+    out = Path(config["output_dir"])
+    strategy = config["eval_strategy"] if eval_set is not None else "no"
+    args = dict(
+        output_dir=str(out), learning_rate=float(config["learning_rate"]),
+        lr_scheduler_type=config["lr_scheduler_type"], warmup_steps=float(config["warmup_ratio"]),
+        per_device_train_batch_size=int(config["per_device_train_batch_size"]),
+        gradient_accumulation_steps=int(config["gradient_accumulation_steps"]),
+        per_device_eval_batch_size=int(config["per_device_eval_batch_size"]),
+        num_train_epochs=float(config["num_train_epochs"]), max_steps=int(config["max_steps"]),
+        eval_strategy=strategy, save_strategy=strategy if strategy != "no" else "steps",
+        logging_steps=int(config["logging_steps"]), save_total_limit=config["save_total_limit"],
+        load_best_model_at_end=strategy != "no", metric_for_best_model="eval_loss", greater_is_better=False,
+        fp16=bool(config["fp16"]), bf16=bool(config["bf16"]), seed=int(config["seed"]),
+        report_to="none", remove_unused_columns=False, logging_first_step=True,
+    )
+    if config.get("eval_steps"):
+        args["eval_steps"] = args["save_steps"] = config["eval_steps"]
+    args.update(config.get("training_args") or {})
+    callbacks = []
+    if strategy != "no" and config.get("early_stopping_patience"):
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=int(config["early_stopping_patience"])))
+    trainer = Trainer(model=model, args=TrainingArguments(**args), train_dataset=train_set, eval_dataset=eval_set,
+                      data_collator=DialogueCollator(tokenizer), processing_class=tokenizer, callbacks=callbacks)
+    summary = {"output_dir": str(out), "train_examples": len(train_set), "eval_examples": len(eval_set or [])}
+    if eval_set is not None and config.get("eval_before_training"):
+        summary["eval_loss_before"] = trainer.evaluate()["eval_loss"]
+        logger.info("validation loss before training: %.4f", summary["eval_loss_before"])
+    result = trainer.train(resume_from_checkpoint=config.get("resume_from_checkpoint"))
+    summary.update(train_loss=result.training_loss, global_step=result.global_step)
+    if eval_set is not None:
+        summary["eval_loss_after"] = trainer.evaluate()["eval_loss"]
+        logger.info("validation loss after training: %.4f", summary["eval_loss_after"])
+    final = trainer.model
+    if lora:
+        final.save_pretrained(out / "adapter")
+        if lora.get("merge", True):
+            final = final.merge_and_unload()
+    final.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    save_input_spec(out, spec)
+    summary["log_history"] = trainer.state.log_history
+    (out / "finetune_summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
+    return summary
+
+
+def _json_default(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return str(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help="YAML config (configs/<dataset>.yaml)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key (repeatable; dotted keys for nested ones, e.g. lora.r=8)")
+    for key in ("model", "data_dir", "output_dir", "max_steps", "learning_rate", "resume_from_checkpoint",
+                "threads", "max_train_examples", "max_eval_examples"):
+        parser.add_argument(f"--{key}", help=f"same as --set {key}=...")
+    parser.add_argument("--fp16", action="store_true", help="fp16 mixed precision (GPU)")
+    parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision")
+    return parser
+
+
+def main(argv=None) -> dict:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    overrides = list(args.set)
+    for key in ("model", "data_dir", "output_dir", "max_steps", "learning_rate", "resume_from_checkpoint",
+                "threads", "max_train_examples", "max_eval_examples"):
+        if getattr(args, key) is not None:
+            overrides.append(f"{key}={getattr(args, key)}")
+    if args.fp16:
+        overrides.append("fp16=true")
+    if args.bf16:
+        overrides.append("bf16=true")
+    config = load_config(args.config, overrides)
+    summary = finetune(config)
+    print(json.dumps({k: v for k, v in summary.items() if k != "log_history"}, indent=2))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
