@@ -1,6 +1,7 @@
 """pmi-decode: faithful decoding for document-grounded dialogue with Hugging Face generate."""
 
 from .inputs import DialogueFormat, EncodedDialogue, build_inputs, encode_dialogue, encode_response
+from .generation import pmi_generate
 from .processor import PMIDecode, nucleus_mask, pmi_scores
 
 __version__ = "0.1.0"
@@ -13,5 +14,6 @@ __all__ = [
     "encode_dialogue",
     "encode_response",
     "nucleus_mask",
+    "pmi_generate",
     "pmi_scores",
 ]

@@ -1,0 +1,222 @@
+"""pmi_generate: PMI-Decode in one call, with both branches in one batch where that is exact.
+
+The paired path stacks the conditional rows and the unconditional rows into one batch of twice
+the rows, so ``generate`` runs one forward per step through the model's own KV cache and beam
+reordering moves both halves together. Both halves get the same scores, so they pick the same
+tokens in greedy search and beam search. Sampling draws each row independently, so the halves
+would drift apart: sampling and beam sampling use the separate-cache path instead, which is
+exact in every mode.
+
+For the unconditional half to see the raw model distribution (as it does in the separate
+path), the processors that generate would apply before PMIDecode (minimum length, forced
+BOS/EOS, no-repeat n-grams, and any ``logits_processor`` you pass) are applied to the
+conditional half only. Options whose processors cannot be moved that way send the call to the
+separate path.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import torch
+from transformers import GenerationConfig, LogitsProcessorList
+from transformers.generation.logits_process import (
+    ForcedBOSTokenLogitsProcessor,
+    ForcedEOSTokenLogitsProcessor,
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    NoRepeatNGramLogitsProcessor,
+)
+
+from .processor import PMIDecode, validate_alpha_p
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["pmi_generate", "paired_path_blocker"]
+
+# Generation options that make generate build a logits processor of its own. The first group is
+# moved onto the conditional half in the paired path; any other one set to a non-default value
+# sends the call to the separate path.
+_MOVABLE = ("min_length", "min_new_tokens", "forced_bos_token_id", "forced_eos_token_id", "no_repeat_ngram_size")
+_BLOCKING = (
+    "guidance_scale",
+    "sequence_bias",
+    "encoder_repetition_penalty",
+    "repetition_penalty",
+    "encoder_no_repeat_ngram_size",
+    "bad_words_ids",
+    "remove_invalid_values",
+    "exponential_decay_length_penalty",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "watermarking_config",
+    "output_attentions",
+    "output_hidden_states",
+    "assistant_model",
+    "prefix_allowed_tokens_fn",
+    "decoder_input_ids",
+    "inputs_embeds",
+    "past_key_values",
+    "streamer",
+)
+
+
+def _unpack(inputs) -> tuple[dict, dict]:
+    if not hasattr(inputs, "keys") or "conditional" not in inputs or "unconditional" not in inputs:
+        raise ValueError(
+            "inputs must be what build_inputs returns, or a dict with 'conditional' and 'unconditional' entries"
+        )
+    pair = []
+    for name in ("conditional", "unconditional"):
+        part = inputs[name]
+        if not hasattr(part, "keys") or "input_ids" not in part or "attention_mask" not in part:
+            raise ValueError(f"inputs['{name}'] must hold 'input_ids' and 'attention_mask'")
+        pair.append({"input_ids": part["input_ids"], "attention_mask": part["attention_mask"]})
+    cond, uncond = pair
+    if cond["input_ids"].shape[0] != uncond["input_ids"].shape[0]:
+        raise ValueError(
+            f"inputs['conditional'] has {cond['input_ids'].shape[0]} rows but inputs['unconditional'] has "
+            f"{uncond['input_ids'].shape[0]}: they must describe the same dialogues"
+        )
+    return cond, uncond
+
+
+def _effective_config(model, kwargs: dict) -> tuple[GenerationConfig, dict]:
+    config = copy.deepcopy(kwargs.pop("generation_config", None) or model.generation_config)
+    model_kwargs = config.update(**kwargs)
+    return config, model_kwargs
+
+
+def _is_neutral(name: str, value) -> bool:
+    """True when an option's value makes generate build no processor (or change nothing)."""
+    if value is None or value is False:
+        return True
+    if isinstance(value, bool):
+        return False
+    if name in ("guidance_scale", "repetition_penalty", "encoder_repetition_penalty"):
+        return value == 1
+    if isinstance(value, (int, float)):
+        return value == 0
+    return isinstance(value, (list, tuple, dict)) and not value
+
+
+def paired_path_blocker(model, cond: dict, uncond: dict, config: GenerationConfig, model_kwargs: dict) -> str | None:
+    """Why the paired path cannot reproduce the separate path for this call (None if it can)."""
+    if config.do_sample:
+        return "sampling draws the two halves' tokens independently"
+    if (config.num_beam_groups or 1) > 1 or config.penalty_alpha is not None:
+        return "group beam search and contrastive search are not supported"
+    for name in _BLOCKING:
+        if name in model_kwargs and not _is_neutral(name, model_kwargs[name]):
+            return f"{name} is set"
+        if not _is_neutral(name, getattr(config, name, None)):
+            return f"{name}={getattr(config, name)!r} is set"
+    if not model.config.is_encoder_decoder and uncond["input_ids"].shape[1] > cond["input_ids"].shape[1]:
+        return "the unconditional prompt is longer than the conditional one"
+    return None
+
+
+def _conditional_processors(model, config: GenerationConfig, decoder_prompt_length: int, user) -> LogitsProcessorList:
+    """generate's own length/forcing processors, built for the conditional half alone."""
+    eos = config.eos_token_id
+    procs = LogitsProcessorList()
+    if config.min_length and eos is not None:
+        procs.append(MinLengthLogitsProcessor(config.min_length, eos))
+    if config.min_new_tokens and eos is not None:
+        procs.append(MinNewTokensLengthLogitsProcessor(decoder_prompt_length, config.min_new_tokens, eos))
+    if config.no_repeat_ngram_size:
+        procs.append(NoRepeatNGramLogitsProcessor(config.no_repeat_ngram_size))
+    if config.forced_bos_token_id is not None:
+        procs.append(ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
+    if config.forced_eos_token_id is not None:
+        max_length = config.max_length
+        if config.max_new_tokens is not None:
+            max_length = config.max_new_tokens + decoder_prompt_length
+        procs.append(ForcedEOSTokenLogitsProcessor(max_length, config.forced_eos_token_id))
+    procs.extend(user or [])
+    return procs
+
+
+def _stack(model, cond: dict, uncond: dict, pad_id: int) -> dict:
+    """One batch: the conditional rows, then the unconditional rows, each part keeping its own
+    padding and widened (on the padding side) to the wider of the two."""
+    left = not model.config.is_encoder_decoder
+    width = max(cond["input_ids"].shape[1], uncond["input_ids"].shape[1])
+
+    def widen(part: dict) -> dict:
+        extra = width - part["input_ids"].shape[1]
+        if extra == 0:
+            return part
+        pad = (extra, 0) if left else (0, extra)
+        return {
+            "input_ids": torch.nn.functional.pad(part["input_ids"], pad, value=pad_id),
+            "attention_mask": torch.nn.functional.pad(part["attention_mask"], pad, value=0),
+        }
+
+    c, u = widen(cond), widen(uncond)
+    return {key: torch.cat([c[key], u[key]], dim=0) for key in ("input_ids", "attention_mask")}
+
+
+def _first_half(output):
+    """The conditional rows of generate's output (a tensor or a ModelOutput)."""
+
+    def half(value):
+        if torch.is_tensor(value) and value.dim() > 0:
+            return value[: value.shape[0] // 2]
+        if isinstance(value, tuple) and value and torch.is_tensor(value[0]):
+            return tuple(v[: v.shape[0] // 2] for v in value)
+        return value
+
+    if torch.is_tensor(output):
+        return half(output)
+    fields = {key: half(val) for key, val in output.items()}
+    fields.pop("past_key_values", None)  # the cache holds both halves; it cannot be split here
+    return type(output)(**fields)
+
+
+def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | None = None, **generate_kwargs):
+    """Generate with PMI-Decode; returns what ``generate`` returns for the conditional rows.
+
+    Args:
+        model: any Hugging Face seq2seq or causal LM.
+        inputs: what :func:`~pmi_decode.build_inputs` returns, or ``{"conditional": {...},
+            "unconditional": {...}}`` each with ``input_ids`` and ``attention_mask``.
+        alpha, p: the PMI-Decode weight and nucleus mass (see :class:`~pmi_decode.PMIDecode`).
+        paired: ``None`` picks the paired path whenever it is exact (greedy and beam search with
+            the options listed in this module's docstring) and the separate-cache path otherwise;
+            ``True`` insists on the paired path (ValueError saying why when it cannot be used);
+            ``False`` always uses the separate path.
+        **generate_kwargs: anything ``generate`` takes (num_beams, do_sample, max_new_tokens, ...).
+
+    Sampling and beam sampling always run on the separate path: the paired path cannot make the
+    two halves draw the same tokens without patching transformers.
+    """
+    alpha, p = validate_alpha_p(alpha, p)
+    cond, uncond = _unpack(inputs)
+    kwargs = dict(generate_kwargs)
+    user_processors = kwargs.pop("logits_processor", None)
+    config, model_kwargs = _effective_config(model, dict(kwargs))
+    blocker = None if paired is False else paired_path_blocker(model, cond, uncond, config, model_kwargs)
+    if paired and blocker:
+        raise ValueError(f"the paired path cannot be used here: {blocker}")
+    if paired is False or blocker:
+        if blocker:
+            logger.info("pmi_generate: separate-cache path (%s)", blocker)
+        proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond)
+        processors = LogitsProcessorList(list(user_processors or []) + [proc])
+        return model.generate(**cond, logits_processor=processors, **kwargs)
+
+    enc_dec = bool(model.config.is_encoder_decoder)
+    pad_id = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
+    if isinstance(pad_id, (list, tuple)):
+        pad_id = pad_id[0]
+    joint = _stack(model, cond, uncond, 0 if pad_id is None else pad_id)
+    decoder_prompt_length = 1 if enc_dec else joint["input_ids"].shape[1]
+    proc = PMIDecode(
+        alpha, p, conditional_processors=_conditional_processors(model, config, decoder_prompt_length, user_processors)
+    )
+    for name in _MOVABLE:
+        setattr(config, name, getattr(GenerationConfig(), name))
+    output = model.generate(**joint, generation_config=config, logits_processor=[proc], **model_kwargs)
+    return _first_half(output)

@@ -1,0 +1,104 @@
+"""pmi_generate: the paired path equals the separate-cache path; sampling falls back to it."""
+
+import pytest
+import torch
+from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
+
+from pmi_decode import PMIDecode, build_inputs, pmi_generate
+from pmi_decode.generation import paired_path_blocker, _effective_config, _unpack
+
+NEW = dict(max_new_tokens=8, min_new_tokens=4)
+
+
+def setup(kind):
+    tok, model = tiny_tokenizer(kind), tiny_model(kind)
+    docs, hists = [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES]
+    return model, build_inputs(tok, docs, hists, model=model)
+
+
+def separate(model, inputs, alpha, p, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    proc = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"])
+    return model.generate(**inputs["conditional"], logits_processor=[proc], **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["bart", "llama", "gpt2", "t5"])
+@pytest.mark.parametrize("mode", [dict(), dict(num_beams=4, num_return_sequences=2, length_penalty=0.7)])
+def test_paired_equals_separate(kind, mode):
+    model, inputs = setup(kind)
+    expected = separate(model, inputs, 0.5, 0.9, **NEW, **mode)
+    got = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, **NEW, **mode)
+    assert torch.equal(got, expected)
+    assert not torch.equal(got, model.generate(**inputs["conditional"], **NEW, **mode))
+
+
+def test_paired_moves_generate_processors_to_the_conditional_half():
+    """BART checkpoints ship forced BOS/EOS and no-repeat n-grams; the paired path keeps them exact."""
+    model, inputs = setup("bart")
+    opts = dict(num_beams=4, forced_bos_token_id=5, forced_eos_token_id=2, no_repeat_ngram_size=2, min_length=3)
+    expected = separate(model, inputs, 1.0, 0.8, max_new_tokens=8, **opts)
+    got = pmi_generate(model, inputs, alpha=1.0, p=0.8, paired=True, max_new_tokens=8, **opts)
+    assert torch.equal(got, expected)
+    assert (got[:, 1] == 5).all()
+
+
+def test_paired_output_dict_holds_the_conditional_rows():
+    model, inputs = setup("llama")
+    out = pmi_generate(
+        model, inputs, alpha=0.5, p=0.9, paired=True, num_beams=4, num_return_sequences=2,
+        return_dict_in_generate=True, output_scores=True, **NEW,
+    )
+    ref = separate(model, inputs, 0.5, 0.9, num_beams=4, num_return_sequences=2, return_dict_in_generate=True, output_scores=True, **NEW)
+    assert torch.equal(out.sequences, ref.sequences)
+    assert out.sequences_scores.shape == ref.sequences_scores.shape
+    torch.testing.assert_close(out.sequences_scores, ref.sequences_scores)
+    assert len(out.scores) == len(ref.scores) and out.scores[0].shape == ref.scores[0].shape
+
+
+@pytest.mark.parametrize("mode", [dict(do_sample=True), dict(do_sample=True, num_beams=3, num_return_sequences=2)])
+def test_sampling_falls_back_to_the_separate_path(mode):
+    model, inputs = setup("llama")
+    torch.manual_seed(0)
+    got = pmi_generate(model, inputs, alpha=0.5, p=0.9, **NEW, **mode)
+    assert torch.equal(got, separate(model, inputs, 0.5, 0.9, **NEW, **mode))
+    with pytest.raises(ValueError, match="sampling draws the two halves' tokens independently"):
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, **NEW, **mode)
+
+
+def test_paired_processor_refuses_sampling():
+    model, inputs = setup("llama")
+    cond, uncond = inputs["conditional"], inputs["unconditional"]
+    width = cond["input_ids"].shape[1]
+    pad = width - uncond["input_ids"].shape[1]
+    joint = {
+        "input_ids": torch.cat([cond["input_ids"], torch.nn.functional.pad(uncond["input_ids"], (pad, 0))]),
+        "attention_mask": torch.cat([cond["attention_mask"], torch.nn.functional.pad(uncond["attention_mask"], (pad, 0))]),
+    }
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="Paired mode supports greedy search and beam search only"):
+        model.generate(**joint, logits_processor=[PMIDecode(0.5, 0.9)], do_sample=True, max_new_tokens=20, min_new_tokens=20)
+
+
+def test_paired_processor_rejects_odd_batches():
+    with pytest.raises(ValueError, match="odd number of rows"):
+        PMIDecode(0.5, 0.9)(torch.zeros((3, 4), dtype=torch.long), torch.zeros((3, 10)))
+
+
+def test_blockers_name_the_reason():
+    model, inputs = setup("llama")
+    cond, uncond = _unpack(inputs)
+    config, extra = _effective_config(model, {"repetition_penalty": 1.3})
+    assert "repetition_penalty" in paired_path_blocker(model, cond, uncond, config, extra)
+    config, extra = _effective_config(model, {"num_beams": 2})
+    assert paired_path_blocker(model, cond, uncond, config, extra) is None
+
+
+def test_bad_inputs():
+    model, inputs = setup("llama")
+    with pytest.raises(ValueError, match="'conditional' and 'unconditional'"):
+        pmi_generate(model, inputs["conditional"], alpha=0.5)
+    short = {"conditional": inputs["conditional"], "unconditional": {k: v[:2] for k, v in inputs["unconditional"].items()}}
+    with pytest.raises(ValueError, match="has 3 rows but inputs\\['unconditional'\\] has 2"):
+        pmi_generate(model, short, alpha=0.5)
+    with pytest.raises(ValueError, match="alpha must be"):
+        pmi_generate(model, inputs, alpha=2)
