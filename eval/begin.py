@@ -1,0 +1,240 @@
+"""BEGIN meta-evaluation: how well each faithfulness metric agrees with the human labels.
+
+    python eval/begin.py --config configs/begin.yaml [--data-dir DIR] [--metrics a,b] [--cached-only]
+
+Reads the BEGIN TSV files named in the config, scores every response with each metric (through
+the :mod:`pmi_decode.scoring` registry), caches the per-row scores under ``cache_dir`` (one JSONL
+per metric and option set, appended as scoring goes, so an interrupted run resumes and an extra
+metric scores only itself), then applies the protocol of :mod:`pmi_decode.metrics.meta_eval` and
+writes ``begin_results.json`` and ``begin_results.md`` (tables shaped like Tables 1-3 of the
+PMI-Faith paper) to ``output_dir``. A metric whose model cannot be loaded is reported as
+unavailable with the reason; the others still run.
+
+Splits (``split.mode``): ``files`` calibrates on ``split.dev_files`` and tests on
+``split.test_files`` (the official protocol: dev -> test). ``cv`` (for when only the dev files
+are at hand) assigns every row to one of ``split.folds`` folds, stratified by data source and
+label with ``split.seed``; each fold is thresholded with the min-max range and best-F1 threshold
+of the other folds, and P/R/F1/accuracy are computed over the pooled out-of-fold predictions.
+Spearman, Pearson and AUROC need no calibration and use every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pmi_decode.data.begin import read_begin  # noqa: E402
+from pmi_decode.metrics import meta_eval  # noqa: E402
+from pmi_decode.scoring import get_metric  # noqa: E402
+
+logger = logging.getLogger("begin")
+
+
+def row_key(example) -> str:
+    text = "\t".join((example.knowledge, example.message, example.response))
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:20]
+
+
+def metric_id(entry: dict, scorer_model: str) -> str:
+    """Cache name: the metric and every option that changes its scores."""
+    options = dict(entry.get("options") or {})
+    if entry["name"] in ("pmi_faith",):
+        options["scorer_model"] = scorer_model
+    options.pop("batch_size", None)
+    digest = hashlib.sha1(json.dumps(options, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{entry['name']}-{digest}"
+
+
+def load_cache(path: Path) -> dict:
+    cache = {}
+    if path.is_file():
+        with path.open(encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by an interrupted run; its rows are scored again
+                cache[item["key"]] = item["scores"]
+    return cache
+
+
+def score_metric(entry, examples, keys, cache_dir: Path, scorer_model, chunk_size, cached_only) -> tuple[dict, str | None]:
+    """Per-row scores of one metric (from the cache, scoring what is missing). Returns (cache, reason)."""
+    name = entry["name"]
+    cache_path = cache_dir / f"{metric_id(entry, scorer_model)}.jsonl"
+    cache = load_cache(cache_path)
+    todo, seen = [], set()
+    for example, key in zip(examples, keys):
+        if key not in cache and key not in seen:
+            todo.append((key, example))
+            seen.add(key)
+    if not todo or cached_only:
+        return cache, None
+    try:
+        fn = get_metric(name)
+    except ValueError as err:
+        return cache, str(err)
+    options = dict(entry.get("options") or {})
+    options.setdefault("scorer_model", scorer_model)
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("%s: %d rows cached, %d to score -> %s", name, len(cache), len(todo), cache_path)
+    started, done = time.time(), 0
+    with cache_path.open("a", encoding="utf-8") as handle:
+        for start in range(0, len(todo), chunk_size):
+            chunk = todo[start : start + chunk_size]
+            try:
+                results = fn(
+                    [e.knowledge for _, e in chunk], [e.history for _, e in chunk], [e.response for _, e in chunk],
+                    **options,
+                )
+            except Exception as err:  # noqa: BLE001 - any failure to load or run makes the metric unavailable
+                reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+                logger.warning("%s unavailable: %s", name, reason)
+                return cache, reason[:400]
+            for (key, _), scores in zip(chunk, results):
+                cache[key] = scores
+                handle.write(json.dumps({"key": key, "scores": scores}) + "\n")
+            handle.flush()
+            done += len(chunk)
+            elapsed = time.time() - started
+            logger.info("%s: %d/%d rows, %.1f s/row, about %.0f min left", name, done, len(todo),
+                        elapsed / done, elapsed / done * (len(todo) - done) / 60)
+    return cache, None
+
+
+def split_rows(config, examples) -> dict:
+    split = config.get("split") or {"mode": "cv"}
+    mode = split.get("mode", "cv")
+    if mode == "cv":
+        folds = meta_eval.stratified_folds(
+            [f"{e.data_source}|{e.faithful}" for e in examples], int(split.get("folds", 5)), int(split.get("seed", 0))
+        )
+        return {"mode": "cv", "folds": folds}
+    if mode == "files":
+        dev_files, test_files = set(split.get("dev_files") or []), set(split.get("test_files") or [])
+        if not dev_files or not test_files:
+            raise ValueError("split.mode 'files' needs split.dev_files and split.test_files")
+        names = np.array([Path(e.file).name for e in examples])
+        return {"mode": "files", "dev": np.isin(names, list(dev_files)), "test": np.isin(names, list(test_files))}
+    raise ValueError(f"split.mode must be 'cv' or 'files', got {mode!r}")
+
+
+def evaluate_column(values, labels, sources, split) -> dict:
+    if split["mode"] == "cv":
+        result = meta_eval.cross_validated(values, labels, sources, split["folds"])
+    else:
+        dev, test = split["dev"], split["test"]
+        result = meta_eval.evaluate(values[dev], labels[dev], values[test], labels[test], sources[test])
+    result["by_source"] = {}
+    for source in sorted(set(sources.tolist())):
+        mask = sources == source
+        if labels[mask].min() != labels[mask].max():
+            result["by_source"][source] = meta_eval.correlations(values[mask], labels[mask])
+    return result
+
+
+def markdown(report: dict) -> str:
+    rows = [(name, r) for name, r in report["metrics"].items() if "error" not in r]
+    sources = sorted({s for _, r in rows for s in r.get("f1_per_source", {})})
+    lines = [f"Split: {report['split_description']}", ""]
+    lines += ["| Metric | Precision | Recall | F1 | Accuracy |", "|---|---|---|---|---|"]
+    lines += [f"| {n} | {r['precision']:.3f} | {r['recall']:.3f} | {r['f1']:.3f} | {r['accuracy']:.3f} |" for n, r in rows]
+    lines += ["", "| Metric | Spearman | Pearson | AUROC |", "|---|---|---|---|"]
+    lines += [f"| {n} | {r['spearman']:.3f} | {r['pearson']:.3f} | {r['auroc']:.3f} |" for n, r in rows]
+    lines += ["", "| Metric | " + " | ".join(f"F1 {s}" for s in sources) + " |", "|---" * (len(sources) + 1) + "|"]
+    lines += [f"| {n} | " + " | ".join(f"{r['f1_per_source'].get(s, float('nan')):.3f}" for s in sources) + " |"
+              for n, r in rows]
+    lines += ["", "| Metric | " + " | ".join(f"AUROC {s} | Spearman {s}" for s in sources) + " |",
+              "|---" * (2 * len(sources) + 1) + "|"]
+    lines += [f"| {n} | " + " | ".join(
+        f"{r['by_source'][s]['auroc']:.3f} | {r['by_source'][s]['spearman']:.3f}" if s in r["by_source"] else "- | -"
+        for s in sources) + " |" for n, r in rows]
+    missing = [(n, r["error"]) for n, r in report["metrics"].items() if "error" in r]
+    if missing:
+        lines += ["", "Unavailable:"] + [f"- {n}: {e}" for n, e in missing]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="configs/begin.yaml")
+    parser.add_argument("--data-dir", help="overrides data_dir of the config")
+    parser.add_argument("--metrics", help="comma-separated subset of the config's metric labels or names")
+    parser.add_argument("--scorer-model", help="overrides scorer_model")
+    parser.add_argument("--output-dir", help="overrides output_dir")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="score nothing; evaluate each metric on the rows already in its cache")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    config = yaml.safe_load(Path(args.config).read_text())
+    data_dir = Path(args.data_dir or config["data_dir"])
+    scorer_model = args.scorer_model or config.get("scorer_model", "embedded")
+    cache_dir = Path(config.get("cache_dir", ".cache/begin"))
+    output_dir = Path(args.output_dir or config.get("output_dir", "results/begin"))
+    threads = config.get("torch_threads")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+    examples = [e for name in config["files"] for e in read_begin(data_dir / name)]
+    keys = [row_key(e) for e in examples]
+    labels = np.array([int(e.faithful) for e in examples])
+    sources = np.array([e.data_source for e in examples])
+    entries = config["metrics"]
+    if args.metrics:
+        wanted = {m.strip() for m in args.metrics.split(",")}
+        entries = [e for e in entries if e["name"] in wanted or any(c in wanted for c in e.get("columns", {}))]
+
+    report = {"config": config, "scorer_model": scorer_model, "num_rows": len(examples), "metrics": {}}
+    for entry in entries:
+        columns = entry.get("columns") or {entry["name"]: entry["name"]}
+        cache, reason = score_metric(entry, examples, keys, cache_dir, scorer_model,
+                                     int(config.get("chunk_size", 32)), args.cached_only)
+        for label, column in columns.items():
+            have = np.array([k in cache and cache[k].get(column) is not None for k in keys])
+            if reason and not have.all():
+                report["metrics"][label] = {"error": reason}
+                continue
+            if not have.any():
+                report["metrics"][label] = {"error": f"no cached scores for column {column!r}"}
+                continue
+            values = np.array([cache[k][column] if h else np.nan for k, h in zip(keys, have)], dtype=float)
+            split = split_rows(config, [e for e, h in zip(examples, have) if h])
+            result = evaluate_column(values[have], labels[have], sources[have], split)
+            result["num_rows"] = int(have.sum())
+            report["metrics"][label] = result
+
+    split = config.get("split") or {"mode": "cv"}
+    if split.get("mode", "cv") == "cv":
+        report["split_description"] = (
+            f"{len(examples)} rows of {', '.join(config['files'])}; {split.get('folds', 5)}-fold cross-calibration "
+            f"stratified by data source and label (seed {split.get('seed', 0)}): each fold is thresholded with the "
+            "min-max range and best-F1 threshold of the other folds; P/R/F1/accuracy over the pooled out-of-fold "
+            "predictions; correlations and AUROC over all rows."
+        )
+    else:
+        report["split_description"] = f"calibrated on {split['dev_files']}, tested on {split['test_files']}"
+    partial = {n: r["num_rows"] for n, r in report["metrics"].items() if r.get("num_rows", len(examples)) < len(examples)}
+    if partial:
+        report["split_description"] += f" Partial scores (rows): {partial}."
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "begin_results.json").write_text(json.dumps(report, indent=2, default=float))
+    (output_dir / "begin_results.md").write_text(markdown(report))
+    print(markdown(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()

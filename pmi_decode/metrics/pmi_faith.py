@@ -1,0 +1,303 @@
+"""PMI-Faith: how much the document raised the probability of a response.
+
+CPMI-Faith(r, d, h) = log P(r | d, h) - log P(r | h)   (conditional PMI, Nandwani et al. 2023)
+UPMI-Faith(r, d)    = log P(r | d)    - log P(r)       (the same with the history left out)
+
+Both are computed from the per-token log-probabilities of the response under a language model
+prompted with and without the document; the per-token differences say which response tokens
+the document supported. Prompts come from :func:`pmi_decode.inputs.encode_dialogue`, so a
+response is scored with exactly the text layout it was generated (or trained) with.
+
+Example::
+
+    >>> from pmi_decode.metrics import PMIFaith
+    >>> scorer = PMIFaith("embedded")                      # SmolLM2-135M-Instruct, offline
+    >>> scorer.score(["Miles Davis recorded Kind of Blue in 1959."],
+    ...              [["Do you know Kind of Blue?"]],
+    ...              ["Yes, Miles Davis recorded it in 1959."])[0]["cpmi_mean"]
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..inputs import (
+    DialogueFormat,
+    encode_dialogue,
+    encode_response,
+    pad_batch,
+    pad_token_id,
+    use_chat_template_for,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Keys of every result dict (``tokens`` and ``token_cpmi``/``token_upmi`` are added on request).
+SCORE_KEYS = ("cpmi_sum", "cpmi_mean", "upmi_sum", "upmi_mean", "num_tokens", "truncated")
+
+# The four prompts each response is scored after: (document?, history?).
+_PROMPTS = {"dh": (True, True), "h": (False, True), "d": (True, False), "none": (False, False)}
+
+
+@dataclass
+class _Job:
+    item: int
+    prompt: str  # key of _PROMPTS
+    context: list[int]
+    response: list[int]
+
+
+def _model_limit(model, tokenizer) -> int | None:
+    """The longest input the model accepts, from its config (the tokenizer's value is often a placeholder)."""
+    config = model.config
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(text_config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    value = getattr(tokenizer, "model_max_length", None)
+    if isinstance(value, int) and 0 < value < 1_000_000:
+        return value
+    return None
+
+
+class PMIFaith:
+    """Score responses with conditional (CPMI) and unconditional (UPMI) PMI-Faith.
+
+    Args:
+        model: ``"embedded"`` (SmolLM2-135M-Instruct, shipped in a pip package), ``"embedded-gemma"``,
+            a hub id or a local folder (causal or seq2seq; loaded with
+            :func:`pmi_decode.models.load_model_and_tokenizer`), or an already loaded model.
+        tokenizer: required when ``model`` is a loaded model.
+        format: the :class:`~pmi_decode.inputs.DialogueFormat` (prompt template); the default is the
+            paper's layout: ``Document: ...``, the history turns, then ``Agent:`` and the response.
+        chat_template: ``False`` (default) writes the plain prompt above; ``True`` uses the
+            tokenizer's chat template (document in the system message); ``None`` uses it when the
+            tokenizer has one.
+        max_length: longest conditional input in tokens (prompt plus response for decoder-only
+            models, the encoder input for seq2seq ones); defaults to the model's limit. When a
+            prompt is too long the end of the document is cut first, then the oldest turns; the
+            response is never cut.
+        batch_size: sequences per forward pass (each response needs four: with document and
+            history, history only, document only, nothing).
+        include_eos: score the end-of-sequence token after a decoder-only model's response
+            (seq2seq targets always hold the tokenizer's end token).
+        compute: which scores to compute, ``"cpmi"`` and/or ``"upmi"`` (each needs two forward
+            passes per response; the keys of the other are ``None``).
+        device, dtype: where and in which precision to load a named model.
+    """
+
+    def __init__(
+        self,
+        model="embedded",
+        tokenizer=None,
+        *,
+        format: DialogueFormat | None = None,
+        chat_template: bool | None = False,
+        max_length: int | None = None,
+        batch_size: int = 16,
+        include_eos: bool = False,
+        compute: Sequence[str] = ("cpmi", "upmi"),
+        device=None,
+        dtype=None,
+    ):
+        compute = tuple(compute)
+        if not compute or any(c not in ("cpmi", "upmi") for c in compute):
+            raise ValueError(f"compute must name 'cpmi' and/or 'upmi', got {compute!r}")
+        self.compute = compute
+        if isinstance(model, str):
+            from ..models import load_model_and_tokenizer
+
+            model, loaded_tokenizer = load_model_and_tokenizer(model, device=device, dtype=dtype)
+            tokenizer = tokenizer or loaded_tokenizer
+        elif tokenizer is None:
+            raise ValueError("tokenizer is required when model is a loaded model (pass tokenizer=...)")
+        elif device is not None:
+            model = model.to(device)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
+            raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.format = format or DialogueFormat()
+        self.is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+        self.chat_template = use_chat_template_for(tokenizer, self.is_encoder_decoder, chat_template)
+        self.max_length = max_length or _model_limit(model, tokenizer)
+        self.batch_size = batch_size
+        self.include_eos = include_eos
+        self.num_truncated = 0
+        forward = inspect.signature(model.forward).parameters
+        self._takes_position_ids = "position_ids" in forward
+        self._takes_logits_to_keep = "logits_to_keep" in forward
+
+    # ------------------------------------------------------------------ inputs
+    def _encode(self, document: str, history: Sequence[str], response: str) -> tuple[list[_Job], bool, list[int]]:
+        response_ids = encode_response(
+            self.tokenizer,
+            response,
+            is_encoder_decoder=self.is_encoder_decoder,
+            chat_template=self.chat_template,
+            add_eos=self.include_eos,
+        )
+        if not response_ids:
+            raise ValueError(f"response {response!r} has no tokens to score")
+        budget = self.max_length
+        if budget is not None and not self.is_encoder_decoder:
+            budget -= len(response_ids)
+            if budget < 1:
+                raise ValueError(
+                    f"the response alone has {len(response_ids)} tokens, more than max_length={self.max_length}; "
+                    "it is never cut, so raise max_length or score a shorter response"
+                )
+        common = dict(
+            is_encoder_decoder=self.is_encoder_decoder,
+            format=self.format,
+            max_length=budget,
+            chat_template=self.chat_template,
+        )
+        contexts, truncated = {}, False
+        if "cpmi" in self.compute:
+            with_history = encode_dialogue(self.tokenizer, document, history, **common)
+            contexts["dh"], contexts["h"] = with_history.conditional, with_history.unconditional
+            truncated = with_history.truncated
+        if "upmi" in self.compute:
+            without_history = encode_dialogue(self.tokenizer, document, [], allow_empty_history=True, **common)
+            contexts["d"], contexts["none"] = without_history.conditional, without_history.unconditional
+            truncated = truncated or without_history.truncated
+        if not self.is_encoder_decoder:
+            # A decoder-only model needs at least one token before the response.
+            start = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else self.tokenizer.eos_token_id
+            contexts = {key: ctx or [start] for key, ctx in contexts.items()}
+        jobs = [_Job(-1, key, ctx, response_ids) for key, ctx in contexts.items()]
+        return jobs, truncated, response_ids
+
+    # ------------------------------------------------------------------ forward
+    @torch.no_grad()
+    def _token_logprobs(self, jobs: list[_Job]) -> list[torch.Tensor]:
+        """Log-probability of each response token after its context, one tensor per job (float64)."""
+        device = self.model.device
+        pad = pad_token_id(self.tokenizer)
+        lengths = [len(j.response) for j in jobs]
+        if self.is_encoder_decoder:
+            start = self.model.config.decoder_start_token_id
+            if start is None:
+                start = getattr(self.model.generation_config, "decoder_start_token_id", None)
+            if start is None:
+                raise ValueError("the seq2seq model has no decoder_start_token_id in its config")
+            fallback = [self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else pad]
+            enc = pad_batch([j.context or fallback for j in jobs], pad, left=False, device=device)
+            dec = pad_batch([[start] + j.response[:-1] for j in jobs], pad, left=False, device=device)
+            targets = pad_batch([j.response for j in jobs], pad, left=False, device=device)["input_ids"]
+            logits = self.model(
+                input_ids=enc["input_ids"],
+                attention_mask=enc["attention_mask"],
+                decoder_input_ids=dec["input_ids"],
+                decoder_attention_mask=dec["attention_mask"],
+            ).logits
+            logprobs = torch.log_softmax(logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32), -1)
+            picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            return [picked[row, :n].to(torch.float64).cpu() for row, n in enumerate(lengths)]
+        # Decoder-only: context + response, left-padded so every response ends at the last column;
+        # only the logits of the last (longest response) positions are computed.
+        batch = pad_batch([j.context + j.response for j in jobs], pad, left=True, device=device)
+        width = batch["input_ids"].shape[1]
+        keep = max(lengths) + 1
+        kwargs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        if self._takes_position_ids:
+            kwargs["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        if self._takes_logits_to_keep:
+            kwargs["logits_to_keep"] = keep
+        logits = self.model(**kwargs).logits
+        logits = logits[:, -keep:-1]  # position i predicts token i+1
+        logprobs = torch.log_softmax(logits.float() if logits.dtype != torch.float64 else logits, -1)
+        targets = batch["input_ids"][:, width - keep + 1 :]
+        picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return [picked[row, picked.shape[1] - n :].to(torch.float64).cpu() for row, n in enumerate(lengths)]
+
+    # ------------------------------------------------------------------ public
+    def score(
+        self,
+        documents: Sequence[str],
+        histories: Sequence[Sequence[str]],
+        responses: Sequence[str],
+        *,
+        return_tokens: bool = False,
+        progress: bool = False,
+    ) -> list[dict]:
+        """One dict per response: ``cpmi_sum``, ``cpmi_mean``, ``upmi_sum``, ``upmi_mean``,
+        ``num_tokens``, ``truncated``; with ``return_tokens``, also ``tokens`` (the response
+        tokens as text), ``token_cpmi`` and ``token_upmi`` (per-token values that sum to the
+        totals) and ``token_logprob_dh`` / ``token_logprob_d`` (log P of each token with the document). ``self.num_truncated`` counts the responses of this call whose prompt was cut.
+        """
+        for name, value in (("documents", documents), ("histories", histories), ("responses", responses)):
+            if isinstance(value, str):
+                raise ValueError(f"{name} must be a list (one item per response), got a string")
+        if not (len(documents) == len(histories) == len(responses)):
+            raise ValueError(
+                f"documents, histories and responses must have the same length, got "
+                f"{len(documents)}, {len(histories)} and {len(responses)}"
+            )
+        jobs, truncated, response_ids = [], [], []
+        for i, (doc, hist, resp) in enumerate(zip(documents, histories, responses)):
+            try:
+                item_jobs, cut, ids = self._encode(doc, hist, resp)
+            except ValueError as err:
+                raise ValueError(f"item {i}: {err}") from None
+            for job in item_jobs:
+                job.item = i
+            jobs.extend(item_jobs)
+            truncated.append(cut)
+            response_ids.append(ids)
+        self.num_truncated = sum(truncated)
+        if self.num_truncated:
+            logger.warning("%d of %d prompts were truncated to fit max_length=%s (the responses were not)",
+                           self.num_truncated, len(responses), self.max_length)
+
+        # Longest first, so the first batch shows the memory peak and padding stays small.
+        order = sorted(range(len(jobs)), key=lambda k: -(len(jobs[k].context) + len(jobs[k].response)))
+        logprobs: dict[tuple[int, str], torch.Tensor] = {}
+        batches = [order[k : k + self.batch_size] for k in range(0, len(order), self.batch_size)]
+        if progress:
+            from tqdm.auto import tqdm
+
+            batches = tqdm(batches, desc="PMI-Faith", unit="batch")
+        for batch in batches:
+            selected = [jobs[k] for k in batch]
+            values = self._token_logprobs(selected)
+            if len(selected) > 1 and any(bool(torch.isnan(v).any()) for v in values):
+                # Some architectures/dtypes turn padded rows into NaN; score those without padding.
+                values = [v if not torch.isnan(v).any() else self._token_logprobs([j])[0] for j, v in zip(selected, values)]
+            for job, value in zip(selected, values):
+                if torch.isnan(value).any():
+                    raise FloatingPointError(
+                        f"item {job.item}: the model returned NaN log-probabilities; try dtype=torch.float32"
+                    )
+                logprobs[(job.item, job.prompt)] = value
+
+        results = []
+        for i in range(len(responses)):
+            n = len(response_ids[i])
+            result = {"num_tokens": n, "truncated": truncated[i]}
+            for name, (cond, uncond) in (("cpmi", ("dh", "h")), ("upmi", ("d", "none"))):
+                if name not in self.compute:
+                    result[f"{name}_sum"] = result[f"{name}_mean"] = None
+                    continue
+                values = logprobs[(i, cond)] - logprobs[(i, uncond)]
+                result[f"{name}_sum"] = float(values.sum())
+                result[f"{name}_mean"] = float(values.sum()) / n
+                if return_tokens:
+                    result[f"token_{name}"] = values.tolist()
+                    result[f"token_logprob_{cond}"] = logprobs[(i, cond)].tolist()
+            if return_tokens:
+                result["tokens"] = [self.tokenizer.decode([t]) for t in response_ids[i]]
+            results.append(result)
+        return results
+
+    def __call__(self, documents, histories, responses, **kwargs) -> list[dict]:
+        return self.score(documents, histories, responses, **kwargs)

@@ -1,0 +1,281 @@
+"""Add metric scores to generated records (``pmi-decode score``), through a small metric registry.
+
+A metric is a callable registered under a name::
+
+    @register_metric("q2")
+    def q2_metric(documents, histories, responses, **options) -> list[dict[str, float]]:
+        ...
+
+It receives parallel lists (``histories`` items are lists of utterances, oldest first) and the
+options given to :func:`score_records` (ignore the ones you do not use), and returns one dict
+per response; its keys are column names (for example ``{"cpmi_sum": ..., "cpmi_mean": ...}``).
+A metric module registers itself on import; :data:`METRIC_MODULES` lists modules imported on
+first use, so a new metric is one module and one line there, with no change to the logic below.
+Registered here: ``pmi_faith`` (CPMI and UPMI), ``unigram_f1``, ``bleu``, ``rouge_l``.
+
+Records are the JSONL written by ``pmi-decode generate``: ``id``, ``document``, ``history``,
+``response`` (gold, optional), ``pmi_response``, ``plain_response`` (optional). Every response
+field present is scored; a score lands in ``record["scores"][field][column]``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+logger = logging.getLogger(__name__)
+
+MetricFn = Callable[..., list]
+
+#: name -> callable(documents, histories, responses, **options) -> list[dict[str, float]]
+METRICS: dict[str, MetricFn] = {}
+
+#: Modules that register more metrics when imported (missing ones are skipped quietly).
+METRIC_MODULES = ["pmi_decode.metrics.q2", "pmi_decode.metrics.grammar"]
+
+RESPONSE_FIELDS = ("response", "pmi_response", "plain_response")
+DEFAULT_METRICS = ("pmi_faith", "unigram_f1", "bleu", "rouge_l")
+
+
+def register_metric(name: str, fn: MetricFn | None = None):
+    """Register ``fn`` under ``name`` (usable as a decorator); a later registration replaces it."""
+
+    def decorator(func: MetricFn) -> MetricFn:
+        METRICS[name] = func
+        return func
+
+    return decorator(fn) if fn is not None else decorator
+
+
+def available_metrics() -> list[str]:
+    for module in METRIC_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            logger.debug("metric module %s not loaded: %s", module, err)
+    return sorted(METRICS)
+
+
+def get_metric(name: str) -> MetricFn:
+    if name not in METRICS:
+        available_metrics()
+    if name not in METRICS:
+        raise ValueError(f"unknown metric {name!r}; available: {', '.join(available_metrics())}")
+    return METRICS[name]
+
+
+# ---------------------------------------------------------------------------- built-in metrics
+_PMI_SCORERS: dict = {}
+
+
+def pmi_faith_scorer(scorer_model="embedded", **options):
+    """One :class:`~pmi_decode.metrics.PMIFaith` per (model, options), kept for later calls."""
+    from .metrics.pmi_faith import PMIFaith
+
+    keys = ("chat_template", "max_length", "batch_size", "include_eos", "compute", "device", "dtype", "format")
+    kwargs = {k: options[k] for k in keys if options.get(k) is not None}
+    if "compute" in kwargs:
+        kwargs["compute"] = tuple(kwargs["compute"])
+    cache_key = (scorer_model if isinstance(scorer_model, str) else id(scorer_model), repr(sorted(kwargs.items())))
+    if cache_key not in _PMI_SCORERS:
+        if isinstance(scorer_model, str):
+            _PMI_SCORERS[cache_key] = PMIFaith(scorer_model, **kwargs)
+        else:
+            model, tokenizer = scorer_model
+            _PMI_SCORERS[cache_key] = PMIFaith(model, tokenizer, **kwargs)
+    return _PMI_SCORERS[cache_key]
+
+
+@register_metric("pmi_faith")
+def _pmi_faith(documents, histories, responses, *, progress=False, **options):
+    """CPMI/UPMI sums and token means; with ``include_eos``, also the ``*_without_eos`` variants."""
+    scorer = pmi_faith_scorer(**options)
+    keys = ("cpmi_sum", "cpmi_mean", "upmi_sum", "upmi_mean", "num_tokens", "truncated")
+    results = scorer.score(documents, histories, responses, progress=progress, return_tokens=True)
+    out = []
+    for r in results:
+        row = {k: r[k] for k in keys if r[k] is not None}
+        if scorer.include_eos and not scorer.is_encoder_decoder and r["num_tokens"] > 1:
+            for name in ("cpmi", "upmi"):
+                if f"token_{name}" in r:
+                    values = r[f"token_{name}"][:-1]
+                    row[f"{name}_sum_without_eos"] = float(sum(values))
+                    row[f"{name}_mean_without_eos"] = float(sum(values)) / len(values)
+        out.append(row)
+    return out
+
+
+@register_metric("bertscore")
+def _bertscore(documents, histories, responses, *, bertscore_model="roberta-large", device=None, **options):
+    """BERTScore F1 of each response against its document (the ``bert-score`` package)."""
+    try:
+        from bert_score import score as bert_score
+    except ImportError as err:
+        raise ImportError("BERTScore needs the bert-score package (pip install bert-score)") from err
+    _, _, f1 = bert_score(list(responses), list(documents), model_type=bertscore_model, device=device, verbose=False)
+    return [{"bertscore_f1": float(v)} for v in f1]
+
+
+_FAITHCRITIC: dict = {}
+
+
+@register_metric("faithcritic")
+def _faithcritic(documents, histories, responses, *, faithcritic_model="McGill-NLP/roberta-large-faithcritic",
+                 batch_size=16, device=None, **options):
+    """Probability that FaithCritic (Dziri et al. 2022) judges the response faithful to the document.
+
+    The classifier reads (knowledge, response) pairs; its label 1 means hallucination, so the
+    score is the probability of label 0.
+    """
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    if faithcritic_model not in _FAITHCRITIC:
+        tokenizer = AutoTokenizer.from_pretrained(faithcritic_model)
+        model = AutoModelForSequenceClassification.from_pretrained(faithcritic_model).eval()
+        _FAITHCRITIC[faithcritic_model] = (model.to(device) if device else model, tokenizer)
+    model, tokenizer = _FAITHCRITIC[faithcritic_model]
+    out = []
+    for start in range(0, len(responses), batch_size):
+        batch = tokenizer(list(documents[start : start + batch_size]), list(responses[start : start + batch_size]),
+                          padding=True, truncation=True, return_tensors="pt").to(model.device)
+        with torch.no_grad():
+            probs = model(**batch).logits.softmax(-1)
+        out.extend({"faithcritic": float(p[0])} for p in probs)
+    return out
+
+
+def _overlap(function_name: str) -> MetricFn:
+    def metric(documents, histories, responses, **options):
+        from .metrics import overlap
+
+        return [{function_name: v} for v in getattr(overlap, function_name)(list(responses), list(documents))]
+
+    metric.__doc__ = f"{function_name} of each response against its document."
+    return metric
+
+
+for _name in ("unigram_f1", "bleu", "rouge_l"):
+    register_metric(_name, _overlap(_name))
+
+
+# ---------------------------------------------------------------------------- records
+def _check_record(record, where: str) -> None:
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: a record must be a JSON object, got {type(record).__name__}")
+    if not isinstance(record.get("document"), str):
+        raise ValueError(f"{where}: field 'document' is missing or not a string")
+    history = record.get("history")
+    if isinstance(history, str) or not isinstance(history, list) or not all(isinstance(t, str) for t in history):
+        raise ValueError(f"{where}: field 'history' must be a list of strings (oldest first)")
+    for field in RESPONSE_FIELDS:
+        if field in record and record[field] is not None and not isinstance(record[field], str):
+            raise ValueError(f"{where}: field {field!r} must be a string")
+
+
+def score_records(records: Sequence[dict], metrics: Iterable[str] = DEFAULT_METRICS, **options) -> list[dict]:
+    """Return copies of ``records`` with ``scores[field][column]`` for every response field present.
+
+    ``options`` go to every metric (e.g. ``scorer_model="embedded"``, ``batch_size=16``).
+    """
+    records = [dict(r) for r in records]
+    for i, record in enumerate(records):
+        _check_record(record, f"record {i}" + (f" (id {record.get('id')!r})" if isinstance(record, dict) else ""))
+    metrics = list(metrics)
+    functions = {name: get_metric(name) for name in metrics}
+    for record in records:
+        record["scores"] = {k: dict(v) for k, v in (record.get("scores") or {}).items()}
+    for field in RESPONSE_FIELDS:
+        rows = [i for i, r in enumerate(records) if isinstance(r.get(field), str)]
+        if not rows:
+            continue
+        documents = [records[i]["document"] for i in rows]
+        histories = [records[i]["history"] for i in rows]
+        responses = [records[i][field] for i in rows]
+        for name, fn in functions.items():
+            logger.info("scoring %d %s values with %s", len(rows), field, name)
+            results = fn(documents, histories, responses, **options)
+            if len(results) != len(rows):
+                raise RuntimeError(f"metric {name!r} returned {len(results)} results for {len(rows)} responses")
+            for i, result in zip(rows, results):
+                records[i]["scores"].setdefault(field, {}).update(result)
+    return records
+
+
+def read_jsonl(path) -> list[dict]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input file not found: {path}")
+    records = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}, line {line_number}: not valid JSON ({err.msg})") from None
+            try:
+                _check_record(records[-1], f"{path}, line {line_number}")
+            except ValueError:
+                raise
+    return records
+
+
+def write_jsonl(records, path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+# ---------------------------------------------------------------------------- CLI hooks
+def add_score_arguments(parser) -> None:
+    """Arguments of ``pmi-decode score``."""
+    parser.add_argument("--input", required=True, help="JSONL written by `pmi-decode generate`")
+    parser.add_argument("--output", help="where to write the scored JSONL (default: <input>.scored.jsonl)")
+    parser.add_argument(
+        "--metrics",
+        default=",".join(DEFAULT_METRICS),
+        help="comma-separated metric names (registered: pmi_faith, unigram_f1, bleu, rouge_l, and any plug-ins)",
+    )
+    parser.add_argument("--scorer-model", default="embedded", help="model for PMI-Faith: embedded, a hub id or a folder")
+    parser.add_argument("--batch-size", type=int, default=16, help="sequences per forward pass")
+    parser.add_argument("--max-length", type=int, default=None, help="longest scoring input in tokens (default: model limit)")
+    parser.add_argument("--chat-template", action="store_true", help="score with the tokenizer's chat template")
+    parser.add_argument("--device", default=None, help="torch device for the scorer model")
+
+
+def run_score(args) -> Path:
+    """Run ``pmi-decode score``; returns the output path."""
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    if not metrics:
+        raise ValueError("--metrics is empty")
+    for name in metrics:
+        get_metric(name)  # fail before loading any model
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    records = read_jsonl(args.input)
+    scored = score_records(
+        records,
+        metrics,
+        scorer_model=args.scorer_model,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        chat_template=args.chat_template,
+        device=args.device,
+        progress=True,
+    )
+    output = Path(args.output) if args.output else Path(args.input).with_suffix(".scored.jsonl")
+    write_jsonl(scored, output)
+    truncated = sum(
+        1 for r in scored for field in r["scores"].values() if isinstance(field, dict) and field.get("truncated")
+    )
+    print(f"scored {len(scored)} records with {', '.join(metrics)} -> {output}")
+    if truncated:
+        print(f"{truncated} scored responses had their prompt truncated (see scores.*.truncated)")
+    return output
