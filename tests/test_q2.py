@@ -237,7 +237,7 @@ def test_label_mapping():
 
 def test_clear_errors(nlp, tmp_path):
     missing = str(tmp_path / "no-such-model")
-    with pytest.raises(ModelLoadError, match="no-such-model.*pass the folder.*\\(model, tokenizer\\)"):
+    with pytest.raises(ModelLoadError, match="no-such-model.*save_pretrained.*\\(model, tokenizer\\)"):
         Q2(spacy_model=nlp, qg=missing)._component("qg")
     with pytest.raises(ModelLoadError, match="spaCy pipeline 'xx_no_such_pipeline'"):
         Q2(spacy_model="xx_no_such_pipeline")._component("spacy")
@@ -282,14 +282,14 @@ def tiny_components():
     qa_tok = wordpiece_tokenizer()
     qa_model = AlbertForQuestionAnswering(AlbertConfig(
         vocab_size=len(qa_tok), embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=512, pad_token_id=0)).eval()
+        intermediate_size=64, max_position_embeddings=512, pad_token_id=0)).double().eval()
     nli_tok = wordpiece_tokenizer(model_input_names=["input_ids", "attention_mask"])
     nli_model = RobertaForSequenceClassification(RobertaConfig(
         vocab_size=len(nli_tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=64, max_position_embeddings=520, pad_token_id=0, num_labels=3,
         id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
-        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})).eval()
-    qg = (tiny_model("t5", dtype=torch.float32), tiny_tokenizer("t5"))
+        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})).double().eval()
+    qg = (tiny_model("t5"), tiny_tokenizer("t5"))  # float64: padding cannot flip a decision
     return qg, (qa_model, qa_tok), (nli_model, nli_tok)
 
 
@@ -330,6 +330,7 @@ def test_end_to_end_on_tiny_models(nlp, tiny_components):
     results = q2.score(DOCS, RESPS)
     check_results(results, len(DOCS))
     assert results[3]["empty"] == "document" and results[0]["candidates"][:3] == ["The Eiffel Tower", "1889", "Paris"]
+    assert results == [q2.score([d], [r])[0] for d, r in zip(DOCS, RESPS)]  # batching changes nothing
 
 
 def test_local_folders_load(nlp, tiny_components, tmp_path):
@@ -345,18 +346,25 @@ def test_local_folders_load(nlp, tiny_components, tmp_path):
 
 
 class KeywordQA(torch.nn.Module):
-    """A QA head that points at one token id, or at position 0 ([CLS], no answer) when it is absent."""
+    """A QA head that points at one token id, or at position 0 ([CLS], no answer) when it is absent.
+
+    Like BERT-style checkpoints it declares two segment embeddings, and records the segment ids it
+    is given.
+    """
 
     def __init__(self, token_id):
         super().__init__()
         self.token_id = token_id
         self.anchor = torch.nn.Parameter(torch.zeros(1))
+        self.config = type("Config", (), {"type_vocab_size": 2})()
+        self.segments = []
 
     @property
     def device(self):
         return self.anchor.device
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        self.segments.append(token_type_ids)
         hit = (input_ids == self.token_id).float() * 8.0
         start = hit.clone()
         start[:, 0] = 4.0
@@ -368,13 +376,19 @@ def test_span_extraction_windows_and_no_answer():
     tok = wordpiece_tokenizer()
     target = tok.convert_tokens_to_ids("paris")
     assert target != tok.unk_token_id
-    q2 = Q2(qa=(KeywordQA(target), tok))
-    qa = q2._component("qa")
+    model = KeywordQA(target)
+    qa = Q2(qa=(model, tok))._component("qa")
     qa.max_length, qa.stride = 24, 8  # force several windows over the long context
     filler = "Football is a family of team sports. " * 6
     answers = qa(["Where is it?", "Where is it?", "Where is it?"],
                  [filler + "The tower is in Paris.", "The band formed in Liverpool.", ""])
     assert answers == ["Paris", "", ""]
+    # segment ids reach the model: 0 for [CLS] question [SEP], 1 for the context and its [SEP]
+    assert qa(["Where is it?"], ["The band formed in Liverpool."]) == [""]
+    (segments,) = model.segments[-1].tolist()
+    question_length = len(tok("Where is it?")["input_ids"])  # [CLS] question [SEP]
+    assert segments == [0] * question_length + [1] * (len(segments) - question_length)
+    assert len(segments) > question_length + 3
 
 
 def test_end_to_end_branches_with_a_pointing_qa_head(nlp, tiny_components):
@@ -408,3 +422,34 @@ def test_registered_for_pmi_decode_score(nlp):
     assert scored["scores"]["response"]["q2"] == 1.0 and scored["scores"]["response"]["q2_fallback"] is False
     assert scored["scores"]["response"]["q2_questions"][0]["branch"] == "exact"
     assert scored["scores"]["pmi_response"] == {"q2": 0.0, "q2_no_nli": 0.0, "q2_fallback": False, "q2_questions": []}
+
+
+def test_sentencepiece_checkpoints_load(nlp, tmp_path):
+    """The default QG (T5) and QA (ALBERT) checkpoints ship only spiece.model; transformers 5
+    converts it to a fast tokenizer (this needs protobuf), and ALBERT gets its segment ids."""
+    import sentencepiece
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS * 20))
+    common = dict(input=str(corpus), vocab_size=100, pad_id=0, unk_id=1, pad_piece="<pad>", unk_piece="<unk>",
+                  minloglevel=2)
+    sentencepiece.SentencePieceTrainer.train(model_prefix=str(tmp_path / "t5"), bos_id=-1, eos_id=2,
+                                             eos_piece="</s>", **common)
+    sentencepiece.SentencePieceTrainer.train(model_prefix=str(tmp_path / "albert"), bos_id=2, eos_id=3,
+                                             bos_piece="[CLS]", eos_piece="[SEP]", user_defined_symbols=["[MASK]"],
+                                             **common)
+    torch.manual_seed(0)
+    t5 = T5ForConditionalGeneration(T5Config(vocab_size=100, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4,
+                                             decoder_start_token_id=0, pad_token_id=0, eos_token_id=2))
+    albert = AlbertForQuestionAnswering(AlbertConfig(vocab_size=100, embedding_size=8, hidden_size=16,
+                                                     num_hidden_layers=1, num_attention_heads=2, intermediate_size=32))
+    for name, model in (("t5", t5), ("albert", albert)):
+        model.save_pretrained(tmp_path / f"{name}-model")
+        (tmp_path / f"{name}-model" / "spiece.model").write_bytes((tmp_path / f"{name}.model").read_bytes())
+    q2 = Q2(spacy_model=nlp, qg=str(tmp_path / "t5-model"), qa=str(tmp_path / "albert-model"),
+            nli=TableNLI({(DOC, RESP): "neutral"}), max_question_tokens=4, device="cpu")
+    qa = q2._component("qa")
+    assert qa.tokenizer.is_fast and qa.segments
+    assert q2._component("qg").tokenizer("answer: x  context: y")["input_ids"][-1] == 2  # </s> appended
+    check_results(q2.score([DOC], [RESP]), 1)

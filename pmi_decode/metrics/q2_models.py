@@ -13,6 +13,8 @@ pipelines' contracts are wrapped as they are (see :mod:`pmi_decode.metrics.q2`).
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import logging
 import math
 import os
@@ -37,21 +39,20 @@ class ModelLoadError(RuntimeError):
 
 def _load_error(role: str, name: str, err: Exception) -> ModelLoadError:
     if role == "spacy":
-        how = (
-            f"install it (python -m spacy download {name}), or pass a folder path or a loaded "
-            f"pipeline: Q2(spacy_model=spacy.load(...))"
-        )
         what = "spaCy pipeline"
+        how = (f"install it (python -m spacy download {name}), or pass a folder path or a loaded "
+               f"pipeline: Q2(spacy_model=spacy.load(...))")
     else:
         what, auto = _ROLES[role]
-        how = (
-            f"on a machine without the Hugging Face hub, download it elsewhere (huggingface-cli download "
-            f"{name} --local-dir /models/{role}) and pass the folder, Q2({role}='/models/{role}'), or pass "
-            f"a loaded (model, tokenizer) pair, e.g. Q2({role}=({auto}.from_pretrained(...), "
-            f"AutoTokenizer.from_pretrained(...)))"
-        )
         what = f"{what} model"
-    return ModelLoadError(f"Could not load the Q² {what} {name!r}: {err}. To provide it, {how}.")
+        if _is_path_like(name):
+            how = f"pass a folder written by save_pretrained (model and tokenizer), e.g. Q2({role}='/models/{role}')"
+        else:
+            how = (f"without access to the Hugging Face hub, download it on a connected machine "
+                   f"(hf download {name} --local-dir /models/{role}) and pass the folder, Q2({role}='/models/{role}')")
+        how += (f", or pass a loaded (model, tokenizer) pair, e.g. Q2({role}=({auto}.from_pretrained(...), "
+                f"AutoTokenizer.from_pretrained(...)))")
+    return ModelLoadError(f"Could not load the Q² {what} {name!r}: {str(err).strip().rstrip('.')}. To provide it, {how}.")
 
 
 def label_map(id2label: dict) -> dict[Any, str]:
@@ -94,7 +95,29 @@ def _is_pipeline(obj) -> bool:
 
 
 def _is_path_like(name: str) -> bool:
-    return name.startswith(("/", "./", "../", "~")) or os.sep + os.sep in name or name.count("/") > 1
+    """Clearly a folder, not a hub id ("owner/name")."""
+    return name.startswith((".", "~")) or os.path.isabs(name) or name.count("/") > 1 or os.sep != "/" and os.sep in name
+
+
+def _uses_segments(model) -> bool:
+    """Whether the model was trained with segment (token type) ids for text pairs.
+
+    Some transformers 5 tokenizers (ALBERT's among them) no longer return token type ids by
+    default, but BERT-style checkpoints such as the default ALBERT SQuAD 2.0 model were fine-tuned
+    with them, so they are requested whenever the model has more than one segment embedding.
+    """
+    config = getattr(model, "config", None)
+    if getattr(config, "type_vocab_size", 0) < 2:
+        return False
+    try:
+        return "token_type_ids" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _model_inputs(enc, segments: bool) -> dict:
+    names = ("input_ids", "attention_mask") + (("token_type_ids",) if segments else ())
+    return {name: enc[name] for name in names if name in enc}
 
 
 # --------------------------------------------------------------------------------------- components
@@ -143,7 +166,7 @@ class _ExtractiveQA:
         self.batch_size, self.max_answer_tokens = batch_size, max_answer_tokens
         self.max_length = min(max_length, getattr(tokenizer, "model_max_length", max_length) or max_length)
         self.stride = min(stride, self.max_length // 2)
-        self.input_names = set(tokenizer.model_input_names)
+        self.segments = _uses_segments(model)
 
     def __call__(self, questions: list[str], contexts: list[str]) -> list[str]:
         import torch
@@ -157,10 +180,11 @@ class _ExtractiveQA:
                 [questions[i] for i in chunk], [contexts[i] for i in chunk],
                 truncation="only_second", max_length=self.max_length, stride=self.stride,
                 return_overflowing_tokens=True, return_offsets_mapping=True, padding=True, return_tensors="pt",
+                return_token_type_ids=self.segments,
             )
             owners = enc["overflow_to_sample_mapping"].tolist()
             offsets = enc["offset_mapping"].tolist()
-            feed = {k: v for k, v in enc.items() if k in self.input_names}
+            feed = _model_inputs(enc, self.segments)
             for lo in range(0, len(owners), self.batch_size):
                 part = {k: v[lo : lo + self.batch_size].to(self.model.device) for k, v in feed.items()}
                 with torch.inference_mode():
@@ -212,7 +236,7 @@ class _PairClassifier:
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
         self.labels = label_map(model.config.id2label)
         self.max_length = min(max_length, getattr(tokenizer, "model_max_length", max_length) or max_length)
-        self.input_names = set(tokenizer.model_input_names)
+        self.segments = _uses_segments(model)
 
     def __call__(self, premises: list[str], hypotheses: list[str]) -> list[str]:
         import torch
@@ -223,8 +247,9 @@ class _PairClassifier:
             enc = self.tokenizer(
                 [premises[i] for i in chunk], [hypotheses[i] for i in chunk],
                 truncation=True, max_length=self.max_length, padding=True, return_tensors="pt",
+                return_token_type_ids=self.segments,
             )
-            feed = {k: v.to(self.model.device) for k, v in enc.items() if k in self.input_names}
+            feed = {k: v.to(self.model.device) for k, v in _model_inputs(enc, self.segments).items()}
             with torch.inference_mode():
                 predicted = self.model(**feed).logits.argmax(-1).tolist()
             for i, idx in zip(chunk, predicted):
@@ -331,7 +356,12 @@ def _from_pretrained(role: str, name: str, *, device, dtype):
         tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         model = auto.from_pretrained(path, **kwargs)
     except Exception as err:  # hub, network, file and format errors all end here
-        raise _load_error(role, name, err) from err
+        error = _load_error(role, name, err)
+        if importlib.util.find_spec("google.protobuf") is None:
+            error.args = (error.args[0] + " Note: transformers 5 needs the protobuf package to read SentencePiece "
+                          "tokenizers (spiece.model, as in the default T5 and ALBERT checkpoints): pip install "
+                          "protobuf sentencepiece",)
+        raise error from err
     device = device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval(), tokenizer
 
