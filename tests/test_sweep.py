@@ -1,0 +1,169 @@
+"""Alpha/p sweeps on tiny random models: resume after interruption, best cell, table and plots."""
+
+import json
+
+import pytest
+from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
+
+from pmi_decode.metrics.pmi_faith import PMIFaith
+from pmi_decode.sweep import (
+    Cell,
+    MemoPMIScorer,
+    SweepConfig,
+    best_cell,
+    cell_paths,
+    generate_cells,
+    grid,
+    load_sweep_config,
+    pareto_front,
+    run_sweep,
+    score_cells,
+    select_records,
+)
+
+GOLDS = ["It was built in 1889.", "Kind of Blue is from 1959.", "They formed in Liverpool."]
+RECORDS = [{"id": f"r{i}", "document": d, "history": h, "response": g} for i, ((d, h), g) in enumerate(zip(DIALOGUES, GOLDS))]
+
+
+class KeywordChecker:
+    """Stand-in grammar checker (Harper is tested in test_grammar.py): one error per 'the'."""
+
+    def count_errors(self, texts):
+        return [t.lower().split().count("the") for t in texts]
+
+
+@pytest.fixture(scope="module")
+def models():
+    generator = (tiny_model("llama", seed=0), tiny_tokenizer("llama"))
+    scorer = PMIFaith(tiny_model("llama", seed=1), tiny_tokenizer("llama"))
+    return generator, scorer
+
+
+def make_config(out, **kw):
+    base = dict(dataset="tiny", split="dev", output_dir=str(out), methods=["beam_search", "beam_sampling"],
+                alphas=[0, 1], ps=[0.5, 1], num_beams=2, max_new_tokens=5, batch_size=2, seed=3,
+                scorer_model="tiny-scorer")
+    base.update(kw)
+    return SweepConfig(**base)
+
+
+def run(config, models, **kw):
+    generator, scorer = models
+    return run_sweep(config, generator=generator, pmi_scorer=MemoPMIScorer(scorer), grammar_checker=KeywordChecker(),
+                     records=RECORDS, progress=False, **kw)
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_interrupted_sweep_resumes_to_the_same_table(tmp_path, models):
+    full = run(make_config(tmp_path / "full"), models)
+    config = make_config(tmp_path / "resumed")
+    generator, scorer = models
+
+    def stop_after_three(cell):
+        if len(done) == 2:
+            raise Interrupt
+        done.append(cell)
+
+    done = []
+    with pytest.raises(Interrupt):
+        generate_cells(config, RECORDS, *generator, progress=False, on_cell_done=stop_after_three)
+    written = sorted(p.name for p in (tmp_path / "resumed" / "generations").rglob("*") if p.is_file())
+    assert len(written) == 3 and not [n for n in written if n.endswith(".tmp")]
+    first = cell_paths(config.output_dir, config.cells[0])["generations"]
+    stamp = first.stat().st_mtime_ns
+
+    class FailingScorer:
+        """Dies on the third cell, like a scorer killed mid-sweep."""
+
+        calls = 0
+
+        def score(self, *args, **kwargs):
+            FailingScorer.calls += 1
+            if FailingScorer.calls == 3:
+                raise Interrupt
+            return scorer.score(*args, **kwargs)
+
+    with pytest.raises(Interrupt):
+        score_cells(config, pmi_scorer=FailingScorer(), grammar_checker=KeywordChecker(), progress=False)
+    assert len(list((tmp_path / "resumed" / "scores").rglob("*.json"))) == 2
+
+    resumed = run(config, models)
+    assert first.stat().st_mtime_ns == stamp  # finished cells are not decoded again
+    assert resumed["table"] == full["table"]
+    assert resumed["cells"] == full["cells"]
+    # Sampling cells really sampled something different from the beam-search ones somewhere.
+    gen = lambda method, a, p: [json.loads(l)["pmi_response"] for l in open(  # noqa: E731
+        cell_paths(config.output_dir, Cell(method, a, p))["generations"])]
+    assert any(gen("beam_search", a, p) != gen("beam_sampling", a, p) for a in (0.0, 1.0) for p in (0.5, 1.0))
+
+
+def test_table_and_plot_files(tmp_path, models):
+    result = run(make_config(tmp_path), models)
+    table = (tmp_path / "table5.md").read_text()
+    assert table == result["table"]
+    assert "## beam search" in table and "## beam sampling" in table
+    assert "| alpha \\ p | 0.5 | 1 |" in table
+    assert "min-max normalised" in table and "Best cell" in table
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert len(summary["cells"]) == 8 and set(summary["best"]) == {"beam_search", "beam_sampling"}
+    pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert pngs == sorted(f"{m}_{k}.png" for m in ("beam_search", "beam_sampling") for k in
+                          ("heatmap_pmi_faith_norm", "heatmap_rouge_l", "heatmap_grammar_error_rate", "frontier"))
+    for name in pngs:
+        assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for cell in summary["cells"]:
+        assert 0.0 <= cell["pmi_faith_norm"] <= 1.0 and 0.0 <= cell["grammar_error_rate"] <= 1.0
+
+
+def test_best_cell_and_front():
+    rows = [
+        {"method": "m", "alpha": 0.0, "p": 0.6, "rouge_l": 0.40, "pmi_faith_norm": 0.52},
+        {"method": "m", "alpha": 0.25, "p": 0.6, "rouge_l": 0.40, "pmi_faith_norm": 0.58},
+        {"method": "m", "alpha": 1.0, "p": 1.0, "rouge_l": 0.02, "pmi_faith_norm": 0.95},
+        {"method": "m", "alpha": 0.5, "p": 0.9, "rouge_l": 0.45, "pmi_faith_norm": 0.30},
+        {"method": "other", "alpha": 0.5, "p": 0.6, "rouge_l": 0.9, "pmi_faith_norm": 0.9},
+    ]
+    assert (best_cell(rows, method="m")["alpha"], best_cell(rows, method="m")["p"]) == (0.25, 0.6)
+    assert best_cell(rows)["method"] == "other"
+    tie = [dict(rows[0], pmi_faith_norm=0.58), rows[1]]
+    assert best_cell(tie)["alpha"] == 0.0  # ties go to the plainer decoder
+    front = pareto_front(rows[:4])
+    assert [(r["alpha"], r["p"]) for r in front] == [(1.0, 1.0), (0.25, 0.6), (0.5, 0.9)]
+    with pytest.raises(ValueError, match="ROUGE-L"):
+        best_cell([{"method": "m", "alpha": 0, "p": 1, "rouge_l": None, "pmi_faith_norm": 0.5}])
+
+
+def test_grid_selection_and_config_errors(tmp_path):
+    cells = grid(["beam_search"], [0, 1], [0.6, 1])
+    assert [c.name for c in cells] == ["alpha0_p0.6", "alpha0_p1", "alpha1_p0.6", "alpha1_p1"]
+    assert select_records(list(range(10)), 4) == [0, 2, 5, 7]
+    assert select_records(list(range(3)), 10) == [0, 1, 2]
+    with pytest.raises(ValueError, match="alpha must be a number in \\[0, 1\\]"):
+        make_config(tmp_path, alphas=[0, 2])
+    with pytest.raises(ValueError, match="methods"):
+        make_config(tmp_path, methods=["nucleus"])
+    path = tmp_path / "sweep.yaml"
+    path.write_text("dataset: topicalchat\nsplit: valid_rare\nalphas: [0, 0.5]\nbogus: 1\n")
+    with pytest.raises(ValueError, match=r"sweep.yaml: unknown setting\(s\) \['bogus'\]"):
+        load_sweep_config(path)
+    path.write_text("dataset: topicalchat\nsplit: valid_rare\nps: [0.6, 1.5]\n")
+    with pytest.raises(ValueError, match="sweep.yaml: p must be a number in \\(0, 1\\]"):
+        load_sweep_config(path)
+    path.write_text("dataset: topicalchat\nsplit: [unclosed\n")
+    with pytest.raises(ValueError, match="sweep.yaml: line"):
+        load_sweep_config(path)
+    path.write_text("dataset: topicalchat\nsplit: valid_rare\n")
+    config = load_sweep_config(path, num_turns=5)
+    assert config.num_turns == 5 and len(config.cells) == 32
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "configs"
+    for name in ("sweep_topicalchat.yaml", "sweep_faithdial.yaml"):
+        config = load_sweep_config(root / name)
+        assert config.alphas == [0.0, 0.25, 0.5, 1.0] and config.ps == [0.6, 0.75, 0.9, 1.0]
