@@ -1,5 +1,6 @@
 """Training features, the collator, the saved input layout, and fine-tuning smoke runs on tiny models."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -224,3 +225,34 @@ def test_finetune_early_stopping_checkpoints_and_resume(tmp_path):
     resumed = finetune(dict(config, max_steps=9, resume_from_checkpoint=str(out / "checkpoint-6")),
                        model=model2, tokenizer=tok2, train_records=train, eval_records=evals)
     assert resumed["global_step"] == 9
+
+
+def test_decode_script_writes_scoreable_jsonl_and_resumes(tmp_path):
+    import importlib.util
+
+    spec_ = importlib.util.spec_from_file_location("decode_script", ROOT / "eval" / "decode.py")
+    script = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(script)
+    decode, load_decode_config = script.decode, script.load_config
+    from pmi_decode.scoring import read_jsonl, score_records
+
+    model, tok = tiny_model("bart", dtype=torch.float32), tiny_tokenizer("bart")
+    train, _ = _records()
+    summary = finetune(_config(tmp_path, max_steps=2), model=model, tokenizer=tok, train_records=train,
+                       eval_records=[])
+    config = load_decode_config(ROOT / "configs" / "decode_topicalchat.yaml", [
+        f"checkpoint={summary['output_dir']}", f"data_dir={FIX / 'topicalchat_postbuild'}", "split=validation",
+        "max_examples=3", "max_new_tokens=5", "batch_size=2", f"output_dir={tmp_path / 'dec'}"])
+    written = decode(config)
+    assert set(written) == {"beam_search", "beam_sampling"}
+    rows = read_jsonl(written["beam_search"])
+    assert len(rows) == 3
+    for row in rows:
+        assert {"id", "document", "history", "response", "pmi_response", "plain_response", "settings"} <= set(row)
+        assert row["settings"]["num_beams"] == 4
+    assert read_jsonl(written["beam_sampling"])[0]["settings"]["do_sample"] is True
+    scored = score_records(rows, metrics=["unigram_f1"])
+    assert "unigram_f1" in json.dumps(scored[0]["scores"]["pmi_response"])
+    # a second run finds everything done and appends nothing
+    decode(config)
+    assert len(read_jsonl(written["beam_search"])) == 3

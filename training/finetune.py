@@ -227,7 +227,10 @@ def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, ev
     if lora:
         model = _apply_lora(model, dict(lora), new_ids, enc_dec)
     out = Path(config["output_dir"])
-    strategy = config["eval_strategy"] if eval_set is not None else "no"
+    strategy = config["eval_strategy"]
+    strategy = "no" if strategy in (False, None) or eval_set is None else str(strategy)  # YAML reads `no` as False
+    if strategy not in ("no", "steps", "epoch"):
+        raise ValueError(f"eval_strategy must be no, steps or epoch, got {config['eval_strategy']!r}")
     args = dict(
         output_dir=str(out), learning_rate=float(config["learning_rate"]),
         lr_scheduler_type=config["lr_scheduler_type"], warmup_steps=float(config["warmup_ratio"]),

@@ -1,0 +1,176 @@
+"""Decode a data set split with a fine-tuned checkpoint: plain decoding and PMI-Decode side by side.
+
+    python eval/decode.py --config configs/decode_topicalchat.yaml --set checkpoint=runs/topicalchat-bart-large
+
+For each strategy in the config (beam search and beam sampling with 4 beams, as in the paper)
+it writes ``{output_dir}/{split}.{strategy}.jsonl``: one line per response with ``id``,
+``document``, ``history``, ``response`` (gold), ``plain_response``, ``pmi_response`` and
+``settings``, the fields ``pmi-decode score`` reads. Inputs are built with the layout saved by
+``training/finetune.py`` next to the checkpoint (``pmi_decode_format.json``), through the same
+``encode_dialogue`` used in training, and the unconditional input drops exactly the document.
+Interrupted runs resume where they stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from training.finetune import load_split, parse_value  # noqa: E402
+
+logger = logging.getLogger("decode")
+
+DEFAULTS = {
+    "checkpoint": None,          # a fine-tuned folder (or any model name pmi_decode.models resolves)
+    "dataset": None,
+    "data_dir": None,
+    "loader_options": {},
+    "split": "test",
+    "train_split": "train",      # with holdout: the one file that was split by conversation
+    "holdout": None,             # the same holdout as the fine-tuning config: decodes its "test" part
+    "max_examples": None,
+    "output_dir": None,          # default: {checkpoint}/decode
+    "strategies": {"beam_search": {"num_beams": 4, "do_sample": False},
+                   "beam_sampling": {"num_beams": 4, "do_sample": True}},
+    "alpha": 0.5,
+    "p": 0.9,
+    "max_new_tokens": 64,
+    "batch_size": 8,
+    "seed": 0,
+    "threads": None,
+    # used only when the checkpoint has no saved input layout
+    "max_history_turns": 2,
+    "max_source_length": 512,
+}
+
+
+def load_config(path=None, overrides=()) -> dict:
+    config = copy.deepcopy(DEFAULTS)
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            raise ValueError(f"{path}: not valid YAML ({err})") from None
+        unknown = set(data) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(f"{path}: unknown config keys {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+        config.update(data)
+    for assignment in overrides:
+        if "=" not in assignment:
+            raise ValueError(f"--set expects key=value, got {assignment!r}")
+        key, value = assignment.split("=", 1)
+        parts = key.strip().split(".")
+        if parts[0] not in DEFAULTS:
+            raise ValueError(f"unknown config key {parts[0]!r}; known keys: {', '.join(sorted(DEFAULTS))}")
+        node = config
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = parse_value(value)
+    if not config["checkpoint"]:
+        raise ValueError("config key 'checkpoint' is not set (the fine-tuned model folder)")
+    return config
+
+
+def records_to_decode(config: dict) -> list[dict]:
+    split_config = dict(config, eval_split=config["split"], test_split=config["split"],
+                        max_test_examples=config["max_examples"], max_eval_examples=config["max_examples"])
+    part = "test" if config.get("holdout") else "test"
+    records = load_split(split_config, part)
+    return [{"id": r.id, "document": r.document, "history": list(r.history), "response": r.response} for r in records]
+
+
+def load_checkpoint(checkpoint: str):
+    """(model, tokenizer, InputSpec) of a fine-tuned folder; a LoRA adapter folder loads on its base."""
+    from pmi_decode.models import load_model_and_tokenizer
+    from pmi_decode.training_data import InputSpec, load_input_spec
+
+    path = Path(checkpoint)
+    if (path / "adapter_config.json").is_file():
+        from peft import AutoPeftModelForCausalLM, AutoPeftModelForSeq2SeqLM
+        from transformers import AutoTokenizer
+
+        adapter = json.loads((path / "adapter_config.json").read_text())
+        cls = AutoPeftModelForSeq2SeqLM if adapter.get("task_type") == "SEQ_2_SEQ_LM" else AutoPeftModelForCausalLM
+        model = cls.from_pretrained(path).merge_and_unload().eval()
+        tok_dir = path if (path / "tokenizer_config.json").is_file() else path.parent
+        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        if not model.config.is_encoder_decoder:
+            tokenizer.padding_side = "left"
+        spec = load_input_spec(path) or load_input_spec(path.parent)
+    else:
+        model, tokenizer = load_model_and_tokenizer(checkpoint)
+        spec = load_input_spec(path) if path.is_dir() else None
+    if spec is None:
+        logger.warning("%s has no pmi_decode_format.json: decoding with the default layout", checkpoint)
+        spec = InputSpec(format=None, special_tokens=[])
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer, spec
+
+
+def decode(config: dict) -> dict:
+    """Decode every strategy of ``config``; returns ``{strategy: output path}``."""
+    import torch
+
+    from pmi_decode.decode_file import decode_records, decode_settings, read_done_ids, write_records
+
+    if config.get("threads"):
+        torch.set_num_threads(int(config["threads"]))
+    model, tokenizer, spec = load_checkpoint(config["checkpoint"])
+    records = records_to_decode(config)
+    out_dir = Path(config["output_dir"] or Path(config["checkpoint"]) / "decode")
+    max_history = spec.max_history_turns if spec.special_tokens or spec.format else config["max_history_turns"]
+    max_length = spec.max_source_length or config["max_source_length"]
+    written = {}
+    for name, strategy in config["strategies"].items():
+        num_beams, do_sample = int(strategy.get("num_beams", 4)), bool(strategy.get("do_sample", False))
+        path = out_dir / f"{config['split']}.{name}.jsonl"
+        settings = decode_settings(alpha=config["alpha"], p=config["p"], num_beams=num_beams, do_sample=do_sample,
+                                   max_new_tokens=int(config["max_new_tokens"]), seed=config["seed"],
+                                   model_name=config["checkpoint"])
+        done = read_done_ids(path, settings)
+        todo = [r for r in records if str(r["id"]) not in done]
+        logger.info("%s: %d to decode (%d already in %s)", name, len(todo), len(done), path)
+        if todo:
+            stream = decode_records(
+                todo, model, tokenizer, alpha=config["alpha"], p=config["p"], num_beams=num_beams,
+                do_sample=do_sample, max_new_tokens=int(config["max_new_tokens"]),
+                batch_size=int(config["batch_size"]), seed=config["seed"], compare=True,
+                model_name=config["checkpoint"], format=spec.format, max_length=max_length,
+                max_history_turns=max_history, chat_template=spec.chat_template,
+            )
+            write_records(path, stream)
+        written[name] = str(path)
+    return written
+
+
+def main(argv=None) -> dict:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", help="YAML config (configs/decode_<dataset>.yaml)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    for key in ("checkpoint", "data_dir", "split", "output_dir", "max_examples", "threads"):
+        parser.add_argument(f"--{key}", help=f"same as --set {key}=...")
+    args = parser.parse_args(argv)
+    overrides = list(args.set) + [f"{k}={getattr(args, k)}" for k in
+                                  ("checkpoint", "data_dir", "split", "output_dir", "max_examples", "threads")
+                                  if getattr(args, k) is not None]
+    written = decode(load_config(args.config, overrides))
+    print(json.dumps(written, indent=2))
+    return written
+
+
+if __name__ == "__main__":
+    main()
