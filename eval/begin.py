@@ -112,6 +112,20 @@ def score_metric(entry, examples, keys, cache_dir: Path, scorer_model, chunk_siz
     return cache, None
 
 
+def column_value(scores: dict | None, column: str) -> float:
+    """A cached column, or an arithmetic expression over the cached columns of one row (for
+    example ``cpmi_sum / num_tokens ** 0.5``); NaN when the row has no score."""
+    if scores is None:
+        return float("nan")
+    if column in scores:
+        value = scores[column]
+        return float("nan") if value is None else float(value)
+    try:
+        return float(eval(column, {"__builtins__": {}}, dict(scores)))  # noqa: S307 - config-owned expression
+    except NameError:
+        return float("nan")
+
+
 def split_rows(config, examples) -> dict:
     split = config.get("split") or {"mode": "cv"}
     mode = split.get("mode", "cv")
@@ -198,23 +212,35 @@ def main(argv=None) -> dict:
         entries = [e for e in entries if e["name"] in wanted or any(c in wanted for c in e.get("columns", {}))]
 
     report = {"config": config, "scorer_model": scorer_model, "num_rows": len(examples), "metrics": {}}
+    columns_values, errors = {}, {}
     for entry in entries:
         columns = entry.get("columns") or {entry["name"]: entry["name"]}
         cache, reason = score_metric(entry, examples, keys, cache_dir, scorer_model,
                                      int(config.get("chunk_size", 32)), args.cached_only)
         for label, column in columns.items():
-            have = np.array([k in cache and cache[k].get(column) is not None for k in keys])
+            values = np.array([column_value(cache.get(k), column) for k in keys], dtype=float)
+            have = ~np.isnan(values)
             if reason and not have.all():
-                report["metrics"][label] = {"error": reason}
-                continue
-            if not have.any():
-                report["metrics"][label] = {"error": f"no cached scores for column {column!r}"}
-                continue
-            values = np.array([cache[k][column] if h else np.nan for k, h in zip(keys, have)], dtype=float)
-            split = split_rows(config, [e for e, h in zip(examples, have) if h])
-            result = evaluate_column(values[have], labels[have], sources[have], split)
-            result["num_rows"] = int(have.sum())
+                errors[label] = reason
+            elif not have.any():
+                errors[label] = f"no cached scores for column {column!r}"
+            else:
+                columns_values[label] = values
+    # Every metric is evaluated on the same rows: those all available metrics have scored.
+    common = np.ones(len(examples), dtype=bool)
+    for values in columns_values.values():
+        common &= ~np.isnan(values)
+    if columns_values and not common.any():
+        raise SystemExit("no row has been scored by every metric; run without --cached-only first")
+    split = split_rows(config, [e for e, c in zip(examples, common) if c]) if columns_values else None
+    for label in [lbl for e in entries for lbl in (e.get("columns") or {e["name"]: e["name"]})]:
+        if label in errors:
+            report["metrics"][label] = {"error": errors[label]}
+        elif label in columns_values:
+            result = evaluate_column(columns_values[label][common], labels[common], sources[common], split)
+            result["num_rows"] = int(common.sum())
             report["metrics"][label] = result
+    report["num_rows_evaluated"] = int(common.sum())
 
     split = config.get("split") or {"mode": "cv"}
     if split.get("mode", "cv") == "cv":
@@ -226,9 +252,12 @@ def main(argv=None) -> dict:
         )
     else:
         report["split_description"] = f"calibrated on {split['dev_files']}, tested on {split['test_files']}"
-    partial = {n: r["num_rows"] for n, r in report["metrics"].items() if r.get("num_rows", len(examples)) < len(examples)}
-    if partial:
-        report["split_description"] += f" Partial scores (rows): {partial}."
+    if report["num_rows_evaluated"] < len(examples):
+        covered = {s: int(np.sum(common & (sources == s))) for s in sorted(set(sources.tolist()))}
+        report["split_description"] += (
+            f" PARTIAL: only the {report['num_rows_evaluated']} rows scored by every metric are evaluated "
+            f"(per source: {covered})."
+        )
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "begin_results.json").write_text(json.dumps(report, indent=2, default=float))
     (output_dir / "begin_results.md").write_text(markdown(report))

@@ -117,3 +117,67 @@ def test_bad_input():
         meta_eval.classification_metrics([0.1, 0.2], [0, 2], 0.5)
     with pytest.raises(ValueError, match="both"):
         meta_eval.correlations([0.1, 0.2], [1, 1])
+
+
+def _load_begin_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "eval" / "begin.py"
+    spec = importlib.util.spec_from_file_location("eval_begin", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_begin_harness_caches_rows_and_reports_unavailable_metrics(tmp_path):
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from pmi_decode import scoring
+
+    begin = _load_begin_script()
+    calls = []
+
+    def counting(documents, histories, responses, **options):
+        calls.append(len(responses))
+        return [{"length": float(len(r))} for r in responses]
+
+    scoring.register_metric("length_begin_test", counting)
+    config = {
+        "data_dir": str(Path(__file__).parent / "fixtures" / "begin"),
+        "files": ["begin_dev_wow.tsv", "begin_dev_tc.tsv", "begin_dev_cmu.tsv"],
+        "split": {"mode": "cv", "folds": 2, "seed": 0},
+        "cache_dir": str(tmp_path / "cache"),
+        "output_dir": str(tmp_path / "out"),
+        "metrics": [
+            {"name": "length_begin_test", "columns": {"Length": "length", "Half length": "length / 2"}},
+            {"name": "unigram_f1", "columns": {"Unigram F1": "unigram_f1"}},
+            {"name": "faithcritic", "options": {"faithcritic_model": str(tmp_path / "no-such-model")},
+             "columns": {"FaithCritic": "faithcritic"}},
+        ],
+    }
+    path = tmp_path / "begin.yaml"
+    path.write_text(yaml.safe_dump(config))
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tiny strata in the fixture
+            first = begin.main(["--config", str(path)])
+            second = begin.main(["--config", str(path)])
+    finally:
+        scoring.METRICS.pop("length_begin_test")
+    assert calls == [16]  # the rerun read every row from the cache
+    assert first["num_rows"] == 16
+    assert "error" in first["metrics"]["FaithCritic"]
+    length = first["metrics"]["Length"]
+    assert length["auroc"] == second["metrics"]["Length"]["auroc"]
+    assert first["metrics"]["Half length"]["auroc"] == pytest.approx(length["auroc"])  # same ranking
+    assert set(length["f1_per_source"]) == {"cmu", "tc", "wow"}
+    saved = json.loads((tmp_path / "out" / "begin_results.json").read_text())
+    assert saved["metrics"]["Unigram F1"]["num_rows"] == 16
+    table = (tmp_path / "out" / "begin_results.md").read_text()
+    assert "| Unigram F1 |" in table and "FaithCritic:" in table
