@@ -249,6 +249,10 @@ def test_clear_errors(nlp, tmp_path):
         make_q2(nlp).score(["a"], ["b", "c"])
     with pytest.raises(TypeError, match="responses"):
         make_q2(nlp).score(["a"], "b")
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        Q2(qg=(tiny_model("llama"), tiny_tokenizer("llama")))._component("qg")
+    with pytest.raises(TypeError, match="`qa` must be"):
+        Q2(qa=42)._component("qa")
     q2 = Q2(spacy_model=nlp, qg=TableQG({}), qa=TableQA({}), nli=lambda pairs: [{"label": "LABEL_2"}])
     with pytest.raises(ValueError, match="LABEL_2"):
         q2.score([DOC], [RESP])

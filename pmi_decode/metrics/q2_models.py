@@ -337,6 +337,9 @@ def load_component(role: str, spec: Any, *, device=None, dtype=None, batch_size:
         raise TypeError(f"`{role}` must be a model name, a local folder, a (model, tokenizer) pair, a "
                         f"transformers Pipeline or a callable, got {type(spec).__name__}.")
     if role == "qg":
+        if not getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+            raise ValueError(f"The Q² question generator must be an encoder-decoder (seq2seq) model such as T5, "
+                             f"got {type(model).__name__}.")
         return _Seq2SeqQuestionGenerator(model, tokenizer, batch_size=batch_size, max_new_tokens=max_question_tokens)
     if role == "qa":
         return _ExtractiveQA(model, tokenizer, batch_size=batch_size, max_answer_tokens=max_answer_tokens)
