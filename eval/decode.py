@@ -92,9 +92,9 @@ def records_to_decode(config: dict) -> list[dict]:
 
 
 def load_checkpoint(checkpoint: str):
-    """(model, tokenizer, InputSpec) of a fine-tuned folder; a LoRA adapter folder loads on its base."""
+    """(model, tokenizer, InputSpec or None) of a fine-tuned folder; an adapter folder loads on its base."""
     from pmi_decode.models import load_model_and_tokenizer
-    from pmi_decode.training_data import InputSpec, load_input_spec
+    from pmi_decode.training_data import load_input_spec
 
     path = Path(checkpoint)
     if (path / "adapter_config.json").is_file():
@@ -112,9 +112,6 @@ def load_checkpoint(checkpoint: str):
     else:
         model, tokenizer = load_model_and_tokenizer(checkpoint)
         spec = load_input_spec(path) if path.is_dir() else None
-    if spec is None:
-        logger.warning("%s has no pmi_decode_format.json: decoding with the default layout", checkpoint)
-        spec = InputSpec(format=None, special_tokens=[])
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer, spec
@@ -128,11 +125,15 @@ def decode(config: dict) -> dict:
 
     if config.get("threads"):
         torch.set_num_threads(int(config["threads"]))
+    from pmi_decode.training_data import InputSpec
+
     model, tokenizer, spec = load_checkpoint(config["checkpoint"])
+    if spec is None:  # not fine-tuned here: the library's default layout (chat template if the model has one)
+        logger.warning("%s has no pmi_decode_format.json: decoding with the default layout", config["checkpoint"])
+        spec = InputSpec(format=None, special_tokens=[], chat_template=None,
+                         max_history_turns=config["max_history_turns"], max_source_length=config["max_source_length"])
     records = records_to_decode(config)
     out_dir = Path(config["output_dir"] or Path(config["checkpoint"]) / "decode")
-    max_history = spec.max_history_turns if spec.special_tokens or spec.format else config["max_history_turns"]
-    max_length = spec.max_source_length or config["max_source_length"]
     written = {}
     for name, strategy in config["strategies"].items():
         num_beams, do_sample = int(strategy.get("num_beams", 4)), bool(strategy.get("do_sample", False))
@@ -148,8 +149,8 @@ def decode(config: dict) -> dict:
                 todo, model, tokenizer, alpha=config["alpha"], p=config["p"], num_beams=num_beams,
                 do_sample=do_sample, max_new_tokens=int(config["max_new_tokens"]),
                 batch_size=int(config["batch_size"]), seed=config["seed"], compare=True,
-                model_name=config["checkpoint"], format=spec.format, max_length=max_length,
-                max_history_turns=max_history, chat_template=spec.chat_template,
+                model_name=config["checkpoint"], format=spec.format, max_length=spec.max_source_length,
+                max_history_turns=spec.max_history_turns, chat_template=spec.chat_template,
             )
             write_records(path, stream)
         written[name] = str(path)

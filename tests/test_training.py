@@ -227,6 +227,15 @@ def test_finetune_early_stopping_checkpoints_and_resume(tmp_path):
     assert resumed["global_step"] == 9
 
 
+def test_early_stopping_stops_when_validation_loss_stalls(tmp_path):
+    model, tok = tiny_model("llama", dtype=torch.float32), tiny_tokenizer("llama")
+    train, evals = _records()
+    config = _config(tmp_path, max_steps=20, learning_rate=0.0, eval_strategy="steps", eval_steps=2,
+                     early_stopping_patience=1, training_args={"disable_tqdm": True})
+    summary = finetune(config, model=model, tokenizer=tok, train_records=train, eval_records=evals)
+    assert summary["global_step"] == 4  # best at step 2, no improvement at step 4
+
+
 def test_decode_script_writes_scoreable_jsonl_and_resumes(tmp_path):
     import importlib.util
 

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import sys
+from dataclasses import fields, replace
 from pathlib import Path
 
 import yaml
@@ -28,8 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from pmi_decode.inputs import DialogueFormat  # noqa: E402
 from pmi_decode.training_data import (  # noqa: E402
     SPECIAL_TOKEN_FORMAT,
+    SPECIAL_TOKENS,
     DialogueCollator,
     DialogueDataset,
     InputSpec,
@@ -127,22 +130,19 @@ def load_config(path=None, overrides=()) -> dict:
 
 
 def input_spec(config: dict) -> InputSpec:
-    fmt = SPECIAL_TOKEN_FORMAT if config["special_tokens"] else None
-    data = {"max_history_turns": config["max_history_turns"], "max_source_length": config["max_source_length"],
-            "max_target_length": config["max_target_length"], "chat_template": bool(config["chat_template"]),
-            "special_tokens": [] if not config["special_tokens"] else None}
-    data = {k: v for k, v in data.items() if v is not None}
-    spec = InputSpec.from_dict(data)
-    if fmt is None:
-        from pmi_decode.inputs import DialogueFormat
-
-        fmt = DialogueFormat()
+    """The input layout: special-token prefixes (or the plain default ones), then ``format`` overrides."""
+    fmt = SPECIAL_TOKEN_FORMAT if config["special_tokens"] else DialogueFormat()
     if config.get("format"):
-        from dataclasses import replace
-
+        allowed = {f.name for f in fields(DialogueFormat)}
+        bad = set(config["format"]) - allowed
+        if bad:
+            raise ValueError(f"unknown format keys {sorted(bad)}; allowed: {sorted(allowed)}")
         fmt = replace(fmt, **config["format"])
-    spec.format = fmt
-    return spec
+    return InputSpec(
+        format=fmt, max_history_turns=config["max_history_turns"], max_source_length=config["max_source_length"],
+        max_target_length=config["max_target_length"], chat_template=bool(config["chat_template"]),
+        special_tokens=list(SPECIAL_TOKENS) if config["special_tokens"] else [],
+    )
 
 
 def load_split(config: dict, part: str):
