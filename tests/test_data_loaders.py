@@ -168,3 +168,20 @@ def test_faithdial_malformed_rows(tmp_path):
     (tmp_path / "train.jsonl").write_text('{"history": []}\n{oops\n')
     with pytest.raises(ValueError, match="train.jsonl: line 2"):
         load_dialogues("faithdial", "train", tmp_path)
+
+
+def test_faithdial_hub_rows(monkeypatch):
+    """The hub path reads rows as ``datasets`` yields them (the hub itself is not reachable in tests)."""
+    import datasets
+
+    rows = json.loads((FIX / "faithdial" / "rows" / "test.json").read_text())
+    asked = {}
+
+    def fake_load_dataset(name, split):
+        asked.update(name=name, split=split)
+        return datasets.Dataset.from_list(rows)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    records = load_dialogues("faithdial", "valid")
+    assert asked == {"name": "McGill-NLP/FaithDial", "split": "validation"}
+    assert [r.id for r in records] == ["0_0", "0_1", "1_0"]

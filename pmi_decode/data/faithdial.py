@@ -86,7 +86,7 @@ def load_faithdial(split: str, data_dir=None, *, report: LoadReport, hub_id: str
     if data_dir is None:
         from datasets import load_dataset
 
-        dataset = load_dataset(hub_id, split=split)
+        dataset = load_dataset(hub_id, split="validation" if split in ("valid", "dev") else split)
         rows = [(str(row.get("dialog_idx", n)), row) for n, row in enumerate(dataset)]
         return _records(rows, report, f"{hub_id} [{split}]")
     path = _local_file(Path(data_dir), split)
