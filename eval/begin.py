@@ -186,6 +186,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--metrics", help="comma-separated subset of the config's metric labels or names")
     parser.add_argument("--scorer-model", help="overrides scorer_model")
     parser.add_argument("--output-dir", help="overrides output_dir")
+    parser.add_argument("--files", help="comma-separated subset of the config's files")
+    parser.add_argument("--rows-per-file", help="FILE=N,...: score a seeded random N rows of FILE (overrides rows_per_file)")
     parser.add_argument("--cached-only", action="store_true",
                         help="score nothing; evaluate each metric on the rows already in its cache")
     args = parser.parse_args(argv)
@@ -202,7 +204,24 @@ def main(argv=None) -> dict:
 
         torch.set_num_threads(int(threads))
 
-    examples = [e for name in config["files"] for e in read_begin(data_dir / name)]
+    files = [f.strip() for f in args.files.split(",")] if args.files else list(config["files"])
+    rows_per_file = dict(config.get("rows_per_file") or {})
+    for item in (args.rows_per_file or "").split(","):
+        if item.strip():
+            name, _, count = item.partition("=")
+            if not count.strip().isdigit():
+                raise SystemExit(f"--rows-per-file takes FILE=N items, got {item!r}")
+            rows_per_file[name.strip()] = int(count)
+    examples = []
+    for name in files:
+        rows = read_begin(data_dir / name)
+        if name in rows_per_file and rows_per_file[name] < len(rows):
+            # A seeded random subset; a larger count keeps the smaller one's rows (cache reuse).
+            order = np.random.default_rng(int(config.get("sample_seed", 0))).permutation(len(rows))
+            keep = set(order[: rows_per_file[name]].tolist())
+            rows = [r for i, r in enumerate(rows) if i in keep]
+        examples.extend(rows)
+    config = {**config, "files": files, "rows_per_file": rows_per_file}
     keys = [row_key(e) for e in examples]
     labels = np.array([int(e.faithful) for e in examples])
     sources = np.array([e.data_source for e in examples])
@@ -245,7 +264,9 @@ def main(argv=None) -> dict:
     split = config.get("split") or {"mode": "cv"}
     if split.get("mode", "cv") == "cv":
         report["split_description"] = (
-            f"{len(examples)} rows of {', '.join(config['files'])}; {split.get('folds', 5)}-fold cross-calibration "
+            f"{len(examples)} rows of {', '.join(config['files'])}"
+            + (f" (seeded random subsets: {rows_per_file})" if rows_per_file else "")
+            + f"; {split.get('folds', 5)}-fold cross-calibration "
             f"stratified by data source and label (seed {split.get('seed', 0)}): each fold is thresholded with the "
             "min-max range and best-F1 threshold of the other folds; P/R/F1/accuracy over the pooled out-of-fold "
             "predictions; correlations and AUROC over all rows."
