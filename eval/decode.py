@@ -86,8 +86,7 @@ def load_config(path=None, overrides=()) -> dict:
 def records_to_decode(config: dict) -> list[dict]:
     split_config = dict(config, eval_split=config["split"], test_split=config["split"],
                         max_test_examples=config["max_examples"], max_eval_examples=config["max_examples"])
-    part = "test" if config.get("holdout") else "test"
-    records = load_split(split_config, part)
+    records = load_split(split_config, "test")  # with a holdout: its test conversations
     return [{"id": r.id, "document": r.document, "history": list(r.history), "response": r.response} for r in records]
 
 
@@ -122,10 +121,10 @@ def decode(config: dict) -> dict:
     import torch
 
     from pmi_decode.decode_file import decode_records, decode_settings, read_done_ids, write_records
+    from pmi_decode.training_data import InputSpec
 
     if config.get("threads"):
         torch.set_num_threads(int(config["threads"]))
-    from pmi_decode.training_data import InputSpec
 
     model, tokenizer, spec = load_checkpoint(config["checkpoint"])
     if spec is None:  # not fine-tuned here: the library's default layout (chat template if the model has one)
