@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -55,7 +55,6 @@ class EmbeddedModel:
     # (distribution, path inside it) of the file, or of its chunks in order.
     parts: tuple[tuple[str, str], ...]
     sha256: str | None = None
-    notes: dict = field(default_factory=dict)
 
 
 EMBEDDED_MODELS = {
