@@ -110,6 +110,7 @@ class SweepConfig:
     scorer_max_length: int | None = None
     pmi_statistic: str = "cpmi_sum"
     pmi_bounds: list | None = None
+    best_max_grammar_error_rate: float | None = None
     grammar_backend: str = "harper"
     language_tool_url: str | None = None
     language_tool_path: str | None = None
@@ -134,6 +135,9 @@ class SweepConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.num_turns is not None and (not isinstance(self.num_turns, int) or self.num_turns < 1):
             raise ValueError(f"num_turns must be a positive integer or null (all turns), got {self.num_turns!r}")
+        if self.best_max_grammar_error_rate is not None and not 0 <= self.best_max_grammar_error_rate <= 1:
+            raise ValueError("best_max_grammar_error_rate must be in [0, 1] or null, "
+                             f"got {self.best_max_grammar_error_rate!r}")
         if self.pmi_statistic not in PMI_STATISTICS:
             raise ValueError(f"pmi_statistic must be one of {PMI_STATISTICS}, got {self.pmi_statistic!r}")
         if self.pmi_bounds is not None:
@@ -444,14 +448,24 @@ def load_cell_scores(config: SweepConfig) -> list:
 
 
 # ---------------------------------------------------------------------------- selection
-def best_cell(summaries: Sequence[dict], *, method: str | None = None) -> dict:
+def best_cell(summaries: Sequence[dict], *, method: str | None = None,
+              max_grammar_error_rate: float | None = None) -> dict:
     """The cell with the highest ROUGE-L + normalised PMI-Faith (the paper's dev-set choice);
-    ties go to the smaller alpha, then the larger p (the plainer decoder)."""
+    ties go to the smaller alpha, then the larger p (the plainer decoder).
+
+    With ``max_grammar_error_rate``, only cells whose grammar-error rate is at most that are
+    candidates: when ROUGE-L varies little across cells, the sum can favour a cell whose
+    high PMI-Faith comes from ungrammatical text."""
     rows = [s for s in summaries if method is None or s["method"] == method]
     rows = [s for s in rows if s.get("rouge_l") is not None and s.get("pmi_faith_norm") is not None
             and not math.isnan(s["pmi_faith_norm"])]
     if not rows:
         raise ValueError("no scored cell has both ROUGE-L (needs gold responses) and normalised PMI-Faith")
+    if max_grammar_error_rate is not None:
+        rows = [s for s in rows if s.get("grammar_error_rate") is not None
+                and s["grammar_error_rate"] <= max_grammar_error_rate]
+        if not rows:
+            raise ValueError(f"no cell has a grammar-error rate <= {max_grammar_error_rate}")
     return max(rows, key=lambda s: (round(s["rouge_l"] + s["pmi_faith_norm"], 12), -s["alpha"], s["p"]))
 
 
@@ -570,6 +584,11 @@ def load_split(config: SweepConfig) -> list:
     return chosen
 
 
+def _describe(cell: dict) -> str:
+    return (f"alpha={cell['alpha']:g}, p={cell['p']:g} (ROUGE-L {cell['rouge_l']:.3f}, PMI-F {cell['pmi_faith_norm']:.3f}, "
+            f"grammar errors {100 * cell['grammar_error_rate']:.0f}%)")
+
+
 def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
     """Table 5 per method, the long table, the best cell and the plots, from the score files."""
     from .report import summarise, table4_markdown, table5_markdown
@@ -577,6 +596,8 @@ def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
     sets = load_cell_scores(config)
     if not sets:
         raise ValueError(f"no scored cells under {config.output_dir}; run the sweep first")
+    for rs in sets:
+        rs.notes["q2"] = "not computed in sweeps (use eval/score.py on a cell's generations)"
     summaries, bounds = summarise(sets, statistic=config.pmi_statistic, fixed_bounds=config.pmi_bounds)
     for s, rs in zip(summaries, sets):
         s["method_key"] = rs.meta["method_key"]
@@ -593,10 +614,18 @@ def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
         try:
             b = best_cell(summaries, method=method)
             best[method] = {k: b[k] for k in ("alpha", "p", "rouge_l", "pmi_faith_norm", "grammar_error_rate")}
-            parts.append(f"Best cell on this split by ROUGE-L + normalised PMI-F: alpha={b['alpha']:g}, p={b['p']:g} "
-                         f"(ROUGE-L {b['rouge_l']:.3f}, PMI-F {b['pmi_faith_norm']:.3f}).\n")
+            parts.append(f"Best cell on this split by ROUGE-L + normalised PMI-F: {_describe(b)}.\n")
         except ValueError as err:
             parts.append(f"No best cell: {err}.\n")
+        limit = config.best_max_grammar_error_rate
+        if limit is not None:
+            try:
+                g = best_cell(summaries, method=method, max_grammar_error_rate=limit)
+                best[f"{method}_grammar_limited"] = {k: g[k] for k in ("alpha", "p", "rouge_l", "pmi_faith_norm",
+                                                                       "grammar_error_rate")}
+                parts.append(f"Best cell among those with grammar errors <= {100 * limit:g}%: {_describe(g)}.\n")
+            except ValueError as err:
+                parts.append(f"No best cell with grammar errors <= {100 * limit:g}%: {err}.\n")
     parts.append("## All cells\n")
     long_rows = [dict(s, method=s["method"].replace("_", " ")) for s in summaries]
     parts.append(table4_markdown(long_rows, bounds, scorer=config.scorer_model))

@@ -101,14 +101,17 @@ def test_interrupted_sweep_resumes_to_the_same_table(tmp_path, models):
 
 
 def test_table_and_plot_files(tmp_path, models):
-    result = run(make_config(tmp_path), models)
+    result = run(make_config(tmp_path, best_max_grammar_error_rate=1.0), models)
     table = (tmp_path / "table5.md").read_text()
     assert table == result["table"]
     assert "## beam search" in table and "## beam sampling" in table
     assert "| alpha \\ p | 0.5 | 1 |" in table
     assert "min-max normalised" in table and "Best cell" in table
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert len(summary["cells"]) == 8 and set(summary["best"]) == {"beam_search", "beam_sampling"}
+    assert len(summary["cells"]) == 8
+    assert set(summary["best"]) == {"beam_search", "beam_sampling", "beam_search_grammar_limited",
+                                    "beam_sampling_grammar_limited"}
+    assert summary["best"]["beam_search"] == summary["best"]["beam_search_grammar_limited"]  # limit 100%
     pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
     assert pngs == sorted(f"{m}_{k}.png" for m in ("beam_search", "beam_sampling") for k in
                           ("heatmap_pmi_faith_norm", "heatmap_rouge_l", "heatmap_grammar_error_rate", "frontier"))
@@ -134,6 +137,16 @@ def test_best_cell_and_front():
     assert [(r["alpha"], r["p"]) for r in front] == [(1.0, 1.0), (0.25, 0.6), (0.5, 0.9)]
     with pytest.raises(ValueError, match="ROUGE-L"):
         best_cell([{"method": "m", "alpha": 0, "p": 1, "rouge_l": None, "pmi_faith_norm": 0.5}])
+    # A garbage cell wins the plain sum when ROUGE-L barely moves; the grammar limit excludes it.
+    flat = [
+        {"method": "m", "alpha": 0.0, "p": 0.6, "rouge_l": 0.12, "pmi_faith_norm": 0.10, "grammar_error_rate": 0.25},
+        {"method": "m", "alpha": 0.25, "p": 0.6, "rouge_l": 0.12, "pmi_faith_norm": 0.18, "grammar_error_rate": 0.33},
+        {"method": "m", "alpha": 1.0, "p": 1.0, "rouge_l": 0.01, "pmi_faith_norm": 0.33, "grammar_error_rate": 0.83},
+    ]
+    assert best_cell(flat)["alpha"] == 1.0
+    assert best_cell(flat, max_grammar_error_rate=0.5)["alpha"] == 0.25
+    with pytest.raises(ValueError, match="grammar-error rate <= 0.1"):
+        best_cell(flat, max_grammar_error_rate=0.1)
 
 
 def test_grid_selection_and_config_errors(tmp_path):
