@@ -1,0 +1,277 @@
+"""Decoding speed of PMI-Decode against plain decoding and peers, side by side in one run.
+
+    python benchmarks/decode_speed.py                      # CPU, the issue's default grid
+    python benchmarks/decode_speed.py --device cuda        # the same on a GPU
+    python benchmarks/decode_speed.py --models gpt2-small --modes greedy --batch-sizes 8 --new-tokens 64
+
+Methods (each row of the table):
+  plain      model.generate, no processor
+  separate   PMIDecode(alpha, p, model=..., unconditional_inputs=...): its own KV cache
+  paired     pmi_generate: both branches in one batch (greedy, beam search; sampling modes fall back)
+  recompute  a processor that re-runs the whole unconditional prefix every step (no cache)
+  cfg        transformers' UnbatchedClassifierFreeGuidanceLogitsProcessor (decoder-only, greedy)
+
+Models have random weights built from configs of the real sizes (BART-base, GPT-2 small); the
+embedded SmolLM2 model is real. Inputs are random token ids with the mean lengths of the paper's
+data sets (document / history / response words, times 1.3 tokens per word), rows of slightly
+different lengths so padding is exercised. Output lengths are forced equal
+(min_new_tokens = max_new_tokens). Each method runs once to warm up, then ``--repeats`` times
+interleaved with the others; the median wall time is reported, with generated tokens per second,
+the ratio to plain decoding, and the peak memory the call added (CUDA allocator peak on a GPU;
+sampled resident set size on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    BartConfig,
+    GPT2Config,
+    LogitsProcessor,
+)
+from transformers.generation.logits_process import UnbatchedClassifierFreeGuidanceLogitsProcessor
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pmi_decode import PMIDecode, pmi_generate  # noqa: E402
+
+# mean words per document / history / response (the paper's Table 7)
+DATASETS = {"faithdial": (23, 69, 18), "multidoc2dial": (166, 93, 18), "topicalchat": (241, 199, 20)}
+MODES = {
+    "greedy": dict(),
+    "beam": dict(num_beams=4),
+    "beam_sampling": dict(num_beams=4, do_sample=True),
+}
+TOKENS_PER_WORD = 1.3
+
+
+class RecomputePMI(LogitsProcessor):
+    """The naive way: re-run the model on the whole unconditional sequence at every step."""
+
+    def __init__(self, alpha, p, model, uncond, prompt_length):
+        self.alpha, self.p, self.model, self.uncond, self.prompt_length = alpha, p, model, uncond, prompt_length
+
+    def __call__(self, input_ids, scores):
+        from pmi_decode import pmi_scores
+
+        rows = input_ids.shape[0]
+        k = rows // self.uncond["input_ids"].shape[0]
+        ids = self.uncond["input_ids"].repeat_interleave(k, 0)
+        mask = self.uncond["attention_mask"].repeat_interleave(k, 0)
+        with torch.no_grad():
+            if self.model.config.is_encoder_decoder:
+                logits = self.model(input_ids=ids, attention_mask=mask, decoder_input_ids=input_ids).logits[:, -1]
+            else:
+                gen = input_ids[:, self.prompt_length :]
+                ids = torch.cat([ids, gen], 1)
+                mask = torch.cat([mask, torch.ones_like(gen)], 1)
+                pos = (mask.cumsum(-1) - 1).clamp(min=0)
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]
+        return pmi_scores(scores, torch.log_softmax(logits.to(scores.dtype), -1), self.alpha, self.p)
+
+
+def build_model(name: str, device: str):
+    torch.manual_seed(0)
+    if name == "bart-base":
+        cfg = BartConfig(
+            d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12, decoder_attention_heads=12,
+            encoder_ffn_dim=3072, decoder_ffn_dim=3072, vocab_size=50265, forced_bos_token_id=None,
+            forced_eos_token_id=None,
+        )
+        model = AutoModelForSeq2SeqLM.from_config(cfg)
+    elif name == "gpt2-small":
+        model = AutoModelForCausalLM.from_config(GPT2Config())
+    elif name == "embedded":
+        from pmi_decode.models import load_model_and_tokenizer
+
+        model, _ = load_model_and_tokenizer("embedded")
+    else:
+        raise SystemExit(f"unknown model {name!r}: use bart-base, gpt2-small or embedded")
+    model.generation_config.pad_token_id = model.generation_config.pad_token_id or 0
+    for key in ("forced_bos_token_id", "forced_eos_token_id", "no_repeat_ngram_size", "min_length"):
+        setattr(model.generation_config, key, None if "forced" in key else 0)
+    return model.to(device).eval()
+
+
+def make_inputs(model, dataset: str, batch: int, device: str, seed: int = 0) -> dict:
+    """Random token ids shaped like the data set: conditional = document + history."""
+    doc_words, hist_words, _ = DATASETS[dataset]
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model.config.get_text_config().vocab_size
+    left = not model.config.is_encoder_decoder
+    conds, unconds = [], []
+    for row in range(batch):
+        scale = 1.0 - 0.1 * (row % 3)  # rows of different lengths
+        doc = torch.randint(100, vocab - 100, (max(1, int(doc_words * TOKENS_PER_WORD * scale)),), generator=gen)
+        hist = torch.randint(100, vocab - 100, (max(1, int(hist_words * TOKENS_PER_WORD * scale)),), generator=gen)
+        conds.append(torch.cat([doc, hist]).tolist())
+        unconds.append(hist.tolist())
+    from pmi_decode.inputs import pad_batch
+
+    return {
+        "conditional": pad_batch(conds, 0, left=left, device=device),
+        "unconditional": pad_batch(unconds, 0, left=left, device=device),
+    }
+
+
+class PeakMemory:
+    """Peak memory added during a block: CUDA allocator peak, or sampled RSS on a CPU."""
+
+    def __init__(self, device: str):
+        self.device = device
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    def __enter__(self):
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            self.base = self.peak = self._rss()
+            self.running = True
+            self.thread = threading.Thread(target=self._sample, daemon=True)
+            self.thread.start()
+        return self
+
+    def _sample(self):
+        while self.running:
+            self.peak = max(self.peak, self._rss())
+            time.sleep(0.002)
+
+    def __exit__(self, *exc):
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            self.added = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.running = False
+            self.thread.join()
+            self.added = max(0, self.peak - self.base)
+
+
+def runners(model, inputs, mode: str, alpha: float, p: float, new_tokens: int):
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, **MODES[mode])
+    cond, uncond = inputs["conditional"], inputs["unconditional"]
+    out = {
+        "plain": lambda: model.generate(**cond, **kwargs),
+        "separate": lambda: model.generate(
+            **cond, logits_processor=[PMIDecode(alpha, p, model=model, unconditional_inputs=uncond)], **kwargs
+        ),
+        "recompute": lambda: model.generate(
+            **cond,
+            logits_processor=[RecomputePMI(alpha, p, model, uncond, cond["input_ids"].shape[1])],
+            **kwargs,
+        ),
+    }
+    if not MODES[mode].get("do_sample"):
+        out["paired"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=True, **kwargs)
+    if mode == "greedy" and not model.config.is_encoder_decoder:
+        out["cfg"] = lambda: model.generate(
+            **cond,
+            logits_processor=[
+                UnbatchedClassifierFreeGuidanceLogitsProcessor(
+                    1.5, model, uncond["input_ids"], uncond["attention_mask"], use_cache=True
+                )
+            ],
+            **kwargs,
+        )
+    return out
+
+
+def run_case(model, model_name, dataset, mode, batch, args) -> list[dict]:
+    inputs = make_inputs(model, dataset, batch, args.device)
+    methods = runners(model, inputs, mode, args.alpha, args.p, args.new_tokens)
+    if args.methods:
+        methods = {k: v for k, v in methods.items() if k in args.methods or k == "plain"}
+    times = {name: [] for name in methods}
+    memory = {}
+    generated = {}
+    with torch.no_grad():
+        for name, fn in methods.items():  # warm-up, and one memory measurement
+            torch.manual_seed(0)
+            with PeakMemory(args.device) as mem:
+                out = fn()
+            memory[name] = mem.added
+            generated[name] = (out.shape[1] - (0 if model.config.is_encoder_decoder else inputs["conditional"]["input_ids"].shape[1])) * out.shape[0]
+        for _ in range(args.repeats):
+            for name, fn in methods.items():
+                torch.manual_seed(0)
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                fn()
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                times[name].append(time.perf_counter() - start)
+    plain = statistics.median(times["plain"])
+    rows = []
+    for name in methods:
+        wall = statistics.median(times[name])
+        rows.append({
+            "model": model_name, "data": dataset, "mode": mode, "batch": batch, "method": name,
+            "new_tokens": args.new_tokens, "wall_s": wall, "tokens_per_s": generated[name] / wall,
+            "ratio_to_plain": wall / plain, "peak_added_mb": memory[name] / 2**20,
+        })
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    head = "| model | data | mode | batch | method | wall s | tokens/s | x plain | peak added MB |\n"
+    head += "|---|---|---|---:|---|---:|---:|---:|---:|\n"
+    body = "".join(
+        f"| {r['model']} | {r['data']} | {r['mode']} | {r['batch']} | {r['method']} | {r['wall_s']:.3f} | "
+        f"{r['tokens_per_s']:.1f} | {r['ratio_to_plain']:.2f} | {r['peak_added_mb']:.0f} |\n"
+        for r in rows
+    )
+    return head + body
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--models", nargs="+", default=["bart-base", "gpt2-small"])
+    parser.add_argument("--datasets", nargs="+", default=["faithdial"], choices=list(DATASETS))
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--methods", nargs="+", default=None, help="subset of methods (plain always runs)")
+    parser.add_argument("--new-tokens", type=int, default=24)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--alpha", type=float, default=0.5)
+    parser.add_argument("--p", type=float, default=0.9)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--output-dir", default="benchmarks/results")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    for model_name in args.models:
+        model = build_model(model_name, args.device)
+        for dataset in args.datasets:
+            for mode in args.modes:
+                for batch in args.batch_sizes:
+                    case = run_case(model, model_name, dataset, mode, batch, args)
+                    rows.extend(case)
+                    print(markdown(case), flush=True)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(), "args": vars(args)}
+    (out / "decode_speed.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    table = markdown(rows)
+    (out / "decode_speed.md").write_text(table)
+    print("\n" + table)
+
+
+if __name__ == "__main__":
+    main()
