@@ -1,7 +1,9 @@
 """pmi-decode: faithful decoding for document-grounded dialogue with Hugging Face generate."""
 
 from .inputs import DialogueFormat, EncodedDialogue, build_inputs, encode_dialogue, encode_response
+from .decode_file import decode_records, read_dialogues_jsonl
 from .generation import pmi_generate
+from .models import load_model_and_tokenizer, resolve_model
 from .processor import PMIDecode, nucleus_mask, pmi_scores
 
 __version__ = "0.1.0"
@@ -11,9 +13,13 @@ __all__ = [
     "EncodedDialogue",
     "PMIDecode",
     "build_inputs",
+    "decode_records",
     "encode_dialogue",
     "encode_response",
+    "load_model_and_tokenizer",
     "nucleus_mask",
     "pmi_generate",
     "pmi_scores",
+    "read_dialogues_jsonl",
+    "resolve_model",
 ]
