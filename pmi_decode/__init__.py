@@ -1,6 +1,7 @@
 """pmi-decode: faithful decoding for document-grounded dialogue with Hugging Face generate."""
 
 from .inputs import DialogueFormat, EncodedDialogue, build_inputs, encode_dialogue, encode_response
+from .data import DialogueRecord, load_dialogues
 from .decode_file import decode_records, read_dialogues_jsonl
 from .generation import pmi_generate
 from .models import load_model_and_tokenizer, resolve_model
@@ -10,12 +11,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DialogueFormat",
+    "DialogueRecord",
     "EncodedDialogue",
     "PMIDecode",
     "build_inputs",
     "decode_records",
     "encode_dialogue",
     "encode_response",
+    "load_dialogues",
     "load_model_and_tokenizer",
     "nucleus_mask",
     "pmi_generate",
