@@ -15,7 +15,9 @@ Splits (``split.mode``): ``files`` calibrates on ``split.dev_files`` and tests o
 are at hand) assigns every row to one of ``split.folds`` folds, stratified by data source and
 label with ``split.seed``; each fold is thresholded with the min-max range and best-F1 threshold
 of the other folds, and P/R/F1/accuracy are computed over the pooled out-of-fold predictions.
-Spearman, Pearson and AUROC need no calibration and use every row.
+Spearman, Pearson and AUROC need no calibration and use every row. Every metric is evaluated on
+the same rows (those every available metric has scored). ``rows_per_file`` (or
+``--rows-per-file FILE=N``) scores a seeded random subset of a file, for quick or partial runs.
 """
 
 from __future__ import annotations
