@@ -199,7 +199,7 @@ def main(argv=None) -> dict:
     data_dir = Path(args.data_dir or config["data_dir"])
     scorer_model = args.scorer_model or config.get("scorer_model", "embedded")
     cache_dir = Path(config.get("cache_dir", ".cache/begin"))
-    output_dir = Path(args.output_dir or config.get("output_dir", "results/begin"))
+    output_dir = Path(args.output_dir or config.get("output_dir", "docs/results/begin"))
     threads = config.get("torch_threads")
     if threads:
         import torch
