@@ -222,3 +222,17 @@ def test_training_mode_is_refused():
     model.train()
     with pytest.raises(ValueError, match="training mode"):
         PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"])
+
+
+@pytest.mark.parametrize("temperature", [0.1, 1.0, 10.0])
+@pytest.mark.parametrize("p", [0.05, 0.6, 0.95, 0.9999])
+def test_nucleus_matches_a_full_sort(temperature, p):
+    """The top-k search must find exactly the set a full sort finds, peaked or flat."""
+    torch.manual_seed(1)
+    lp = torch.log_softmax(torch.randn(6, 5000) / temperature, -1)
+    probs = lp.exp()
+    sorted_probs, order = probs.sort(-1, descending=True)
+    cumulative = sorted_probs.cumsum(-1)
+    before = torch.cat([torch.zeros_like(cumulative[:, :1]), cumulative[:, :-1]], -1)
+    expected = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < p)
+    assert torch.equal(nucleus_mask(lp, p), expected)
