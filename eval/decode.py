@@ -14,19 +14,18 @@ Interrupted runs resume where they stopped.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import sys
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from training.finetune import load_split, parse_value  # noqa: E402
+from pmi_decode.config import load_config as _load_config  # noqa: E402
+from training.finetune import load_split  # noqa: E402
 
 logger = logging.getLogger("decode")
 
@@ -55,32 +54,7 @@ DEFAULTS = {
 
 
 def load_config(path=None, overrides=()) -> dict:
-    config = copy.deepcopy(DEFAULTS)
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as err:
-            raise ValueError(f"{path}: not valid YAML ({err})") from None
-        unknown = set(data) - set(DEFAULTS)
-        if unknown:
-            raise ValueError(f"{path}: unknown config keys {sorted(unknown)}; known: {sorted(DEFAULTS)}")
-        config.update(data)
-    for assignment in overrides:
-        if "=" not in assignment:
-            raise ValueError(f"--set expects key=value, got {assignment!r}")
-        key, value = assignment.split("=", 1)
-        parts = key.strip().split(".")
-        if parts[0] not in DEFAULTS:
-            raise ValueError(f"unknown config key {parts[0]!r}; known keys: {', '.join(sorted(DEFAULTS))}")
-        node = config
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[parts[-1]] = parse_value(value)
-    if not config["checkpoint"]:
-        raise ValueError("config key 'checkpoint' is not set (the fine-tuned model folder)")
-    return config
+    return _load_config(DEFAULTS, path, overrides)
 
 
 def records_to_decode(config: dict) -> list[dict]:

@@ -15,7 +15,6 @@ inputs.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import math
@@ -23,12 +22,12 @@ import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from pmi_decode.config import load_config as _load_config  # noqa: E402
 from pmi_decode.inputs import DialogueFormat  # noqa: E402
 from pmi_decode.training_data import (  # noqa: E402
     SPECIAL_TOKEN_FORMAT,
@@ -84,49 +83,9 @@ DEFAULTS = {
 }
 
 
-def parse_value(text: str):
-    """A YAML scalar; numbers such as 1e-4 (a string to YAML 1.1) become floats."""
-    value = yaml.safe_load(text) if text != "" else ""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    return value
-
-
-def apply_override(config: dict, assignment: str) -> None:
-    if "=" not in assignment:
-        raise ValueError(f"--set expects key=value, got {assignment!r}")
-    key, value = assignment.split("=", 1)
-    parts = key.strip().split(".")
-    node = config
-    for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
-            node[part] = {}
-        node = node[part]
-    if len(parts) == 1 and parts[0] not in DEFAULTS:
-        raise ValueError(f"unknown config key {parts[0]!r}; known keys: {', '.join(sorted(DEFAULTS))}")
-    node[parts[-1]] = parse_value(value)
-
-
 def load_config(path=None, overrides=()) -> dict:
     """Defaults, then the YAML file, then ``key=value`` overrides (dotted keys reach nested ones)."""
-    config = copy.deepcopy(DEFAULTS)
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as err:
-            raise ValueError(f"{path}: not valid YAML ({err})") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping of config keys")
-        unknown = set(data) - set(DEFAULTS)
-        if unknown:
-            raise ValueError(f"{path}: unknown config keys {sorted(unknown)}")
-        config.update(data)
-    for assignment in overrides:
-        apply_override(config, assignment)
-    return config
+    return _load_config(DEFAULTS, path, overrides)
 
 
 def input_spec(config: dict) -> InputSpec:

@@ -1,0 +1,60 @@
+"""YAML configs for the runnable scripts: defaults, then the file, then ``key=value`` overrides.
+
+One loader so every script rejects a misspelt key the same way, naming the file and the keys it
+knows, instead of silently running with a default.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+
+def parse_value(text: str):
+    """A YAML scalar; numbers such as 1e-4 (a string to YAML 1.1) become floats."""
+    value = yaml.safe_load(text) if text != "" else ""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
+def apply_override(config: dict, assignment: str, known) -> None:
+    """Set ``key=value`` in ``config``; dotted keys reach nested mappings."""
+    if "=" not in assignment:
+        raise ValueError(f"--set expects key=value, got {assignment!r}")
+    key, value = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    if parts[0] not in known:
+        raise ValueError(f"unknown config key {parts[0]!r}; known keys: {', '.join(sorted(known))}")
+    node = config
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = parse_value(value)
+
+
+def load_config(defaults: dict, path=None, overrides=()) -> dict:
+    """``defaults``, updated by the YAML file at ``path`` (if any), then by ``overrides``."""
+    config = copy.deepcopy(defaults)
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            raise ValueError(f"{path}: not valid YAML ({err})") from None
+        except OSError as err:
+            raise ValueError(f"{path}: cannot read the config ({err.strerror})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a mapping of config keys")
+        unknown = set(data) - set(defaults)
+        if unknown:
+            raise ValueError(f"{path}: unknown config keys {sorted(unknown)}; known: {sorted(defaults)}")
+        config.update(data)
+    for assignment in overrides:
+        apply_override(config, assignment, defaults)
+    return config
