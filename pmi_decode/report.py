@@ -247,7 +247,7 @@ def table4_markdown(summaries: Sequence[dict], bounds: dict, *, scorer: str | No
     notes = [bounds_note(bounds)]
     if scorer:
         notes.append(f"PMI-F scorer model: {scorer}.")
-    q2_notes = sorted({s["notes"]["q2"] for s in summaries if "q2" in s.get("notes", {})})
+    q2_notes = sorted({s["notes"]["q2"].rstrip(".") for s in summaries if "q2" in s.get("notes", {})})
     if q2_notes:
         notes.append("Q²: " + "; ".join(q2_notes) + ".")
     notes.append("BLEU: corpus sacreBLEU (0-100) against the gold responses; ROUGE-L: mean F-measure (0-1); "
