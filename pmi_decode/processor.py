@@ -132,6 +132,8 @@ class _UnconditionalBranch:
                 logits = out.logits[:, -1]
             else:
                 kwargs = {"input_ids": ids, "attention_mask": mask, "use_cache": True, "return_dict": True}
+                if _accepts(model, "logits_to_keep"):
+                    kwargs["logits_to_keep"] = 1  # the prompt's other positions need no vocabulary projection
                 self.use_positions = _accepts(model, "position_ids")
                 if self.use_positions:
                     kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
