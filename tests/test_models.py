@@ -91,7 +91,8 @@ def test_embedded_is_converted_once_then_reused(cache, fake_conversion):
     assert leftovers == []
 
 
-def test_concurrent_first_use_converts_once(cache, fake_conversion):
+def _resolve_in_threads(n: int):
+    """Resolve the embedded model from ``n`` threads at once; their results and errors."""
     results, errors = [], []
 
     def worker():
@@ -100,11 +101,16 @@ def test_concurrent_first_use_converts_once(cache, fake_conversion):
         except Exception as err:  # pragma: no cover - reported below
             errors.append(err)
 
-    threads = [threading.Thread(target=worker) for _ in range(3)]
+    threads = [threading.Thread(target=worker) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return results, errors
+
+
+def test_concurrent_first_use_converts_once(cache, fake_conversion):
+    results, errors = _resolve_in_threads(3)
     assert errors == []
     assert len(set(results)) == 1 and fake_conversion == ["embedded"]
     load_model_and_tokenizer("embedded", device="cpu")
@@ -114,19 +120,7 @@ def test_concurrent_first_use_is_safe_without_a_lock(cache, fake_conversion, mon
     # Where no file lock exists (Windows), every caller converts; the atomic rename keeps one
     # complete folder and the losers clean up after themselves.
     monkeypatch.setattr(models, "_file_lock", lambda path: contextlib.nullcontext())
-    results, errors = [], []
-
-    def worker():
-        try:
-            results.append(resolve_model("embedded"))
-        except Exception as err:  # pragma: no cover - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=worker) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results, errors = _resolve_in_threads(3)
     assert errors == [] and len(set(results)) == 1
     assert len(fake_conversion) >= 2
     assert [p.name for p in cache.iterdir() if ".tmp-" in p.name] == []
