@@ -88,6 +88,16 @@ def _json_lines(path: Path) -> Iterator[tuple[int, str]]:
                 yield lineno, line
 
 
+def _json_records(path: Path, problem: str) -> Iterator[tuple[str, object]]:
+    """``("file:line", parsed JSON)`` for each non-blank line; a bad line stops with ``problem``."""
+    for lineno, line in _json_lines(path):
+        where = f"{path}:{lineno}"
+        try:
+            yield where, json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DialogueFileError(f"{where}: {problem} ({err.msg} at column {err.colno})") from None
+
+
 def read_dialogues_jsonl(path: str | os.PathLike) -> list[dict]:
     """Read and validate a whole dialogue file; raise :class:`DialogueFileError` naming the file,
     the line and what is wrong at the first bad line (blank lines are skipped; ids must be
@@ -96,17 +106,12 @@ def read_dialogues_jsonl(path: str | os.PathLike) -> list[dict]:
     if not path.is_file():
         raise DialogueFileError(f"{path}: no such file")
     records, seen = [], {}
-    for lineno, line in _json_lines(path):
-        where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DialogueFileError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+    for where, obj in _json_records(path, "not valid JSON"):
         rec = _check_record(obj, where)
         key = str(rec["id"])
         if key in seen:
             raise DialogueFileError(f"{where}: duplicate id {rec['id']!r} (first seen on line {seen[key]})")
-        seen[key] = lineno
+        seen[key] = where.rsplit(":", 1)[1]
         records.append(rec)
     if not records:
         raise DialogueFileError(f"{path}: the file holds no dialogues")
@@ -141,12 +146,7 @@ def read_done_ids(path: str | os.PathLike, settings: dict | None = None) -> set[
             with open(path, "r+b") as handle:
                 handle.truncate(cut)
     done = set()
-    for lineno, line in _json_lines(path):
-        where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DialogueFileError(f"{where}: the output file holds a line that is not valid JSON ({err.msg})") from None
+    for where, obj in _json_records(path, "the output file holds a line that is not valid JSON"):
         if not isinstance(obj, dict) or "id" not in obj:
             raise DialogueFileError(f"{where}: the output file holds a record without an 'id'")
         if settings is not None and obj.get("settings") != settings:
