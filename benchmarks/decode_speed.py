@@ -8,6 +8,8 @@ Methods (each row of the table):
   plain      model.generate, no processor
   separate   PMIDecode(alpha, p, model=..., unconditional_inputs=...): its own KV cache
   paired     pmi_generate: both branches in one batch (greedy, beam search; sampling modes fall back)
+  *-prompt-once  decoder-only beam modes: the prompt runs once per dialogue, not once per beam
+             (pmi_generate's default, share_prompt=True; for plain decoding, prompt_cache)
   recompute  a processor that re-runs the whole unconditional prefix every step (no cache)
   cfg        transformers' UnbatchedClassifierFreeGuidanceLogitsProcessor (decoder-only, greedy)
 
@@ -43,6 +45,7 @@ from transformers.generation.logits_process import UnbatchedClassifierFreeGuidan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pmi_decode import PMIDecode, pmi_generate  # noqa: E402
+from pmi_decode.generation import prompt_cache  # noqa: E402
 
 # mean words per document / history / response (the paper's Table 7)
 DATASETS = {"faithdial": (23, 69, 18), "multidoc2dial": (166, 93, 18), "topicalchat": (241, 199, 20)}
@@ -177,6 +180,15 @@ def runners(model, inputs, mode: str, alpha: float, p: float, new_tokens: int):
     }
     if not MODES[mode].get("do_sample"):
         out["paired"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=True, **kwargs)
+    beams = MODES[mode].get("num_beams", 1)
+    if beams > 1 and not model.config.is_encoder_decoder:
+        # generate runs the prompt once per beam; these run it once per dialogue (same tokens).
+        out["plain-prompt-once"] = lambda: model.generate(**cond, past_key_values=prompt_cache(model, cond, beams), **kwargs)
+        out["separate-prompt-once"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=False, **kwargs)
+        if not MODES[mode].get("do_sample"):
+            out["paired"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=True, share_prompt=False,
+                                                 **kwargs)
+            out["paired-prompt-once"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=True, **kwargs)
     if mode == "greedy" and not model.config.is_encoder_decoder:
         out["cfg"] = lambda: model.generate(
             **cond,

@@ -29,11 +29,11 @@ from transformers.generation.logits_process import (
     NoRepeatNGramLogitsProcessor,
 )
 
-from .processor import PMIDecode, validate_alpha_p
+from .processor import PMIDecode, prefill, validate_alpha_p
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["pmi_generate", "paired_path_blocker"]
+__all__ = ["pmi_generate", "paired_path_blocker", "prompt_cache"]
 
 # Generation options that make generate build a logits processor of its own. The first group is
 # moved onto the conditional half in the paired path; any other one set to a non-default value
@@ -80,6 +80,28 @@ def _unpack(inputs) -> tuple[dict, dict]:
             f"{uncond['input_ids'].shape[0]}: they must describe the same dialogues"
         )
     return cond, uncond
+
+
+def prompt_cache(model, inputs: dict, expand: int):
+    """The KV cache of each decoder-only prompt but its last token, computed once per prompt and
+    repeated ``expand`` times; ``None`` where it does not apply.
+
+    ``generate`` copies every prompt ``num_beams`` (or ``num_return_sequences``) times before it
+    runs the prompt through the model, so beam search pays for the prompt once per beam. Given
+    this cache (``generate(..., past_key_values=cache)``), it runs only each copy's last prompt
+    token. Encoder-decoder models already run their encoder once per prompt."""
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    if expand <= 1 or model.config.is_encoder_decoder or ids.shape[1] < 2:
+        return None
+    if bool((mask[:, :-1].sum(-1) == 0).any()):
+        return None  # a one-token prompt: nothing to share, and an all-padding row would give NaN states
+    with torch.no_grad():
+        cache, _ = prefill(model, ids[:, :-1], mask[:, :-1], expand)
+    return cache if hasattr(cache, "batch_repeat_interleave") else None
+
+
+def _expansion(config: GenerationConfig) -> int:
+    return max(int(config.num_beams or 1), int(config.num_return_sequences or 1))
 
 
 def _effective_config(model, kwargs: dict) -> tuple[GenerationConfig, dict]:
@@ -175,7 +197,8 @@ def _first_half(output):
     return type(output)(**fields)
 
 
-def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | None = None, **generate_kwargs):
+def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | None = None, share_prompt: bool = True,
+                 **generate_kwargs):
     """Generate with PMI-Decode; returns what ``generate`` returns for the conditional rows.
 
     Args:
@@ -187,6 +210,10 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
             the options listed in this module's docstring) and the separate-cache path otherwise;
             ``True`` insists on the paired path (ValueError saying why when it cannot be used);
             ``False`` always uses the separate path.
+        share_prompt: for decoder-only models with beams or several returned sequences, run
+            each prompt through the model once and give ``generate`` the cache (see
+            :func:`prompt_cache`) instead of letting it run the prompt once per beam. Same
+            tokens, fewer prompt forwards.
         **generate_kwargs: anything ``generate`` takes (num_beams, do_sample, max_new_tokens, ...).
 
     Sampling and beam sampling always run on the separate path: the paired path cannot make the
@@ -205,6 +232,10 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
             logger.info("pmi_generate: separate-cache path (%s)", blocker)
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
+        if share_prompt and "past_key_values" not in kwargs:
+            cache = prompt_cache(model, cond, _expansion(config))
+            if cache is not None:
+                kwargs["past_key_values"] = cache
         return model.generate(**cond, logits_processor=processors, **kwargs)
 
     enc_dec = bool(model.config.is_encoder_decoder)
@@ -218,5 +249,9 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     )
     for name in _MOVABLE:
         setattr(config, name, getattr(GenerationConfig(), name))
+    if share_prompt:
+        cache = prompt_cache(model, joint, _expansion(config))
+        if cache is not None:
+            model_kwargs["past_key_values"] = cache
     output = model.generate(**joint, generation_config=config, logits_processor=[proc], **model_kwargs)
     return _first_half(output)

@@ -29,7 +29,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 from transformers.modeling_outputs import BaseModelOutput
 
-__all__ = ["PMIDecode", "pmi_scores", "nucleus_mask", "validate_alpha_p"]
+__all__ = ["PMIDecode", "pmi_scores", "nucleus_mask", "validate_alpha_p", "prefill"]
 
 _NUCLEUS_START_K = 64
 
@@ -92,6 +92,24 @@ def _accepts(model, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
+def prefill(model, input_ids: torch.LongTensor, attention_mask: torch.LongTensor, repeats: int = 1):
+    """Run a decoder-only model over left-padded prompts once; return the KV cache with every row
+    repeated ``repeats`` times (for beams) and each prompt's last-position logits (not repeated).
+
+    Prefilling once per prompt instead of once per beam saves ``repeats - 1`` prompt forwards;
+    only the last position is projected onto the vocabulary (``logits_to_keep=1``)."""
+    kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": True, "return_dict": True}
+    if _accepts(model, "logits_to_keep"):
+        kwargs["logits_to_keep"] = 1
+    if _accepts(model, "position_ids"):
+        kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    out = model(**kwargs)
+    cache = out.past_key_values
+    if repeats > 1:
+        cache.batch_repeat_interleave(repeats)
+    return cache, out.logits[:, -1]
+
+
 class _UnconditionalBranch:
     """The document-free branch of one generation: its own KV cache, advanced one token a step."""
 
@@ -131,18 +149,10 @@ class _UnconditionalBranch:
                 self.cache = out.past_key_values
                 logits = out.logits[:, -1]
             else:
-                kwargs = {"input_ids": ids, "attention_mask": mask, "use_cache": True, "return_dict": True}
-                if _accepts(model, "logits_to_keep"):
-                    kwargs["logits_to_keep"] = 1  # the prompt's other positions need no vocabulary projection
                 self.use_positions = _accepts(model, "position_ids")
-                if self.use_positions:
-                    kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
-                out = model(**kwargs)
-                self.cache = out.past_key_values
-                if self.repeats > 1:
-                    self.cache.batch_repeat_interleave(self.repeats)
+                self.cache, logits = prefill(model, ids, mask, self.repeats)
                 self.mask = mask.repeat_interleave(self.repeats, dim=0)
-                logits = out.logits[:, -1].repeat_interleave(self.repeats, dim=0)
+                logits = logits.repeat_interleave(self.repeats, dim=0)
         self.last_ids = input_ids.clone()
         self.first_logits = logits
 

@@ -124,9 +124,15 @@ def score_response_set(rs: ResponseSet, *, pmi_scorer=None, grammar_checker=None
         rs.scores = rows
         return rs
     if pmi_scorer is not None:
-        for row, result in zip(rows, pmi_scorer.score(rs.documents, rs.histories, rs.responses, progress=progress)):
-            row.update({k: result[k] for k in ("cpmi_sum", "cpmi_mean", "upmi_sum", "upmi_mean", "num_tokens")
-                        if result.get(k) is not None})
+        # An empty response has nothing the document could support: PMI-Faith 0 over 0 tokens.
+        scored = [i for i in range(n) if rs.responses[i].strip()]
+        for i in set(range(n)) - set(scored):
+            rows[i].update(cpmi_sum=0.0, cpmi_mean=0.0, upmi_sum=0.0, upmi_mean=0.0, num_tokens=0)
+        results = pmi_scorer.score([rs.documents[i] for i in scored], [rs.histories[i] for i in scored],
+                                   [rs.responses[i] for i in scored], progress=progress) if scored else []
+        for i, result in zip(scored, results):
+            rows[i].update({k: result[k] for k in ("cpmi_sum", "cpmi_mean", "upmi_sum", "upmi_mean", "num_tokens")
+                            if result.get(k) is not None})
     if rs.golds is not None:
         from .metrics.overlap import bleu, rouge_l
 

@@ -367,6 +367,11 @@ def score_cells(config: SweepConfig, *, pmi_scorer=None, grammar_checker=None, p
         pmi_scorer = make_pmi_scorer(config)
     if grammar_checker is None:
         grammar_checker = make_grammar_checker(config)
+    if isinstance(pmi_scorer, MemoPMIScorer):
+        # One call over every cell: the scorer then runs each dialogue's prompts once for all its cells.
+        sets = [_response_set(c, _read_json_lines(cell_paths(config.output_dir, c)["generations"])) for c in todo]
+        pmi_scorer.prime([(d, h, r) for rs in sets for d, h, r in zip(rs.documents, rs.histories, rs.responses)
+                          if r.strip()], progress=progress)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -422,6 +427,12 @@ class MemoPMIScorer:
             results = self.scorer.score([k[0] for k in new], [list(k[1]) for k in new], [k[2] for k in new], **kwargs)
             self._memo.update(zip(new, results))
         return [dict(self._memo[k]) for k in keys]
+
+    def prime(self, triples, progress: bool = False) -> None:
+        """Score many ``(document, history, response)`` triples in one call (so the scorer can
+        share each dialogue's prompt across its responses); later ``score`` calls read the memo."""
+        if triples:
+            self.score([t[0] for t in triples], [t[1] for t in triples], [t[2] for t in triples], progress=progress)
 
 
 def make_grammar_checker(config: SweepConfig):

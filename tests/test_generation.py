@@ -5,7 +5,7 @@ import torch
 from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, pmi_generate
-from pmi_decode.generation import paired_path_blocker, _effective_config, _unpack
+from pmi_decode.generation import paired_path_blocker, prompt_cache, _effective_config, _unpack
 
 NEW = dict(max_new_tokens=8, min_new_tokens=4)
 
@@ -102,3 +102,61 @@ def test_bad_inputs():
         pmi_generate(model, short, alpha=0.5)
     with pytest.raises(ValueError, match="alpha must be"):
         pmi_generate(model, inputs, alpha=2)
+
+
+def _count_tokens(model):
+    """Tokens the model is run on, over every forward (a pre-hook, so nothing is changed)."""
+    seen = []
+
+    def hook(module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        seen.append(0 if ids is None else ids.numel())
+
+    return seen, model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "bloom"])
+@pytest.mark.parametrize("mode", [
+    dict(num_beams=4, num_return_sequences=2),
+    dict(num_beams=3, do_sample=True),
+    dict(do_sample=True, num_return_sequences=3),
+])
+@pytest.mark.parametrize("paired", [None, False])
+def test_prompt_run_once_per_dialogue_gives_the_same_tokens(kind, mode, paired):
+    """share_prompt prefills each prompt once instead of once per beam: same output, fewer tokens."""
+    tok = tiny_tokenizer(kind)
+    model = tiny_model(kind, dtype=torch.float32 if kind == "bloom" else torch.float64)
+    inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
+    outputs, work = [], []
+    for share in (False, True):
+        seen, handle = _count_tokens(model)
+        torch.manual_seed(0)
+        outputs.append(pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, share_prompt=share, **NEW, **mode))
+        handle.remove()
+        work.append(sum(seen))
+    assert torch.equal(outputs[0], outputs[1])
+    prompt = inputs["conditional"]["input_ids"].numel()
+    copies = max(mode.get("num_beams", 1), mode.get("num_return_sequences", 1))
+    assert work[0] - work[1] >= (copies - 1) * prompt * 0.9
+
+
+def test_prompt_cache_does_not_apply_to_encoder_decoders_or_single_copies():
+    model, inputs = setup("bart")
+    assert prompt_cache(model, inputs["conditional"], 4) is None
+    model, inputs = setup("llama")
+    assert prompt_cache(model, inputs["conditional"], 1) is None
+    cache = prompt_cache(model, inputs["conditional"], 4)
+    assert cache.get_seq_length() == inputs["conditional"]["input_ids"].shape[1] - 1
+
+
+def test_processor_reused_with_a_prompt_cache_starts_a_new_generation():
+    """Prefix caching: generate's first forward sees a filled cache; the processor must not take
+    it for the next step of its previous generation."""
+    model, inputs = setup("llama")
+    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"])
+    opts = dict(num_beams=4, max_new_tokens=8)
+    model.generate(**inputs["conditional"], logits_processor=[proc], **opts)
+    reused = model.generate(**inputs["conditional"], logits_processor=[proc],
+                            past_key_values=prompt_cache(model, inputs["conditional"], 4), **opts)
+    fresh = separate(model, inputs, 0.5, 0.9, **opts)
+    assert torch.equal(reused, fresh)

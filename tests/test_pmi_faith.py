@@ -183,3 +183,36 @@ def test_embedded_model_prefers_supported_response():
                            ["Yes, Miles Davis recorded it in 1959 with John Coltrane.",
                             "Yes, it is a novel by Jane Austen about a farm."])
     assert results[0]["cpmi_mean"] > results[1]["cpmi_mean"]
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "bloom"])
+def test_shared_prompts_score_as_if_alone(kind):
+    """Many responses to one dialogue (a sweep's cells): the prompt runs once, the scores equal
+    each response scored alone without sharing, and the prompt tokens are run far fewer times."""
+    model = tiny_model(kind, dtype=torch.float32 if kind == "bloom" else torch.float64)
+    tokenizer = tiny_tokenizer(kind)
+    responses = RESPONSES + ["Yes.", "Paris, 1889, the Eiffel Tower.", "Yes."]
+    docs, hists = [DOCS[0]] * len(responses), [HISTS[0]] * len(responses)
+    seen = []
+    handle = model.register_forward_pre_hook(lambda m, a, k: seen.append(k["input_ids"].numel()), with_kwargs=True)
+    shared = PMIFaith(model, tokenizer, batch_size=4).score(docs, hists, responses, return_tokens=True)
+    shared_work, seen[:] = sum(seen), []
+    alone = [PMIFaith(model, tokenizer, share_contexts=False).score([d], [h], [r], return_tokens=True)[0]
+             for d, h, r in zip(docs, hists, responses)]
+    handle.remove()
+    tol = 1e-4 if kind == "bloom" else 1e-9
+    for got, ref in zip(shared, alone):
+        for key in ("cpmi_sum", "cpmi_mean", "upmi_sum", "upmi_mean"):
+            assert got[key] == pytest.approx(ref[key], abs=tol), key
+        assert got["token_cpmi"] == pytest.approx(ref["token_cpmi"], abs=tol)
+    assert shared_work < sum(seen) / 2
+
+
+def test_shared_and_unshared_prompts_mix_in_one_call():
+    model, tokenizer = tiny_model("llama"), tiny_tokenizer("llama")
+    docs, hists = [DOCS[0], DOCS[1], DOCS[0]], [HISTS[0], HISTS[1], HISTS[0]]
+    got = PMIFaith(model, tokenizer).score(docs, hists, RESPONSES)
+    ref = PMIFaith(model, tokenizer, share_contexts=False).score(docs, hists, RESPONSES)
+    for a, b in zip(got, ref):
+        assert a["cpmi_sum"] == pytest.approx(b["cpmi_sum"], abs=1e-9)
+        assert a["upmi_sum"] == pytest.approx(b["upmi_sum"], abs=1e-9)

@@ -143,3 +143,14 @@ def test_real_tiny_scorer_and_score_script(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "eval" / "score.py"), str(tmp_path / "missing.jsonl")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "input file not found" in bad.stderr
+
+
+def test_empty_response_scores_zero_pmi_faith():
+    """A decoder that stops at once gives an empty response: PMI-Faith 0 over 0 tokens, not a crash."""
+    scorer = PMIFaith(tiny_model("llama", seed=1), tiny_tokenizer("llama"))
+    docs, hists = [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES]
+    rs = ResponseSet("beam search", "PMI", ["a", "b", "c"], docs, hists, ["Built in 1889.", "  ", "Yes."])
+    rows = score_response_set(rs, pmi_scorer=scorer, grammar_checker=KeywordChecker()).scores
+    assert rows[1]["num_tokens"] == 0 and rows[1]["cpmi_sum"] == 0.0
+    direct = scorer.score([docs[0], docs[2]], [hists[0], hists[2]], ["Built in 1889.", "Yes."])
+    assert [rows[0]["cpmi_sum"], rows[2]["cpmi_sum"]] == pytest.approx([d["cpmi_sum"] for d in direct])

@@ -180,3 +180,29 @@ def test_shipped_configs_load():
     for name in ("sweep_topicalchat.yaml", "sweep_faithdial.yaml"):
         config = load_sweep_config(root / name)
         assert config.alphas == [0.0, 0.25, 0.5, 1.0] and config.ps == [0.6, 0.75, 0.9, 1.0]
+
+
+def test_all_cells_are_scored_in_one_scorer_call(tmp_path, models):
+    """The scorer sees every cell's responses at once, so it can run each dialogue's prompt once
+    for all cells; the cell scores equal scoring each cell on its own."""
+    generator, scorer = models
+    config = make_config(tmp_path / "s")
+    generate_cells(config, RECORDS, *generator, progress=False)
+
+    class Counting:
+        calls = 0
+
+        def score(self, *args, **kwargs):
+            Counting.calls += 1
+            return scorer.score(*args, **kwargs)
+
+    score_cells(config, pmi_scorer=MemoPMIScorer(Counting()), grammar_checker=KeywordChecker(), progress=False)
+    assert Counting.calls == 1
+    together = [json.loads(cell_paths(config.output_dir, c)["scores"].read_text())["scores"] for c in config.cells]
+    for cell, scores in zip(config.cells, together):
+        rows = [json.loads(line) for line in cell_paths(config.output_dir, cell)["generations"].read_text().splitlines()]
+        kept = [(g, r) for g, r in zip(scores, rows) if r["pmi_response"].strip()]
+        alone = scorer.score([r["document"] for _, r in kept], [r["history"] for _, r in kept],
+                             [r["pmi_response"] for _, r in kept])
+        assert [g["cpmi_sum"] for g, _ in kept] == pytest.approx([a["cpmi_sum"] for a in alone], abs=1e-9)
+        assert all(g["num_tokens"] == 0 for g, r in zip(scores, rows) if not r["pmi_response"].strip())

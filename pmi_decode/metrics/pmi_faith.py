@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 from dataclasses import dataclass
@@ -90,6 +91,9 @@ class PMIFaith:
         compute: which scores to compute, ``"cpmi"`` and/or ``"upmi"`` (each needs two forward
             passes per response; the keys of the other are ``None``).
         device, dtype: where and in which precision to load a named model.
+        share_contexts: decoder-only models: when several responses have the same prompt (the
+            same dialogue decoded many ways, or the empty UPMI prompt), run that prompt once and
+            reuse its KV cache for each response. Same scores up to float rounding.
     """
 
     def __init__(
@@ -105,6 +109,7 @@ class PMIFaith:
         compute: Sequence[str] = ("cpmi", "upmi"),
         device=None,
         dtype=None,
+        share_contexts: bool = True,
     ):
         compute = tuple(compute)
         if not compute or any(c not in ("cpmi", "upmi") for c in compute):
@@ -131,6 +136,7 @@ class PMIFaith:
         self.max_length = max_length or _model_limit(model, tokenizer)
         self.batch_size = batch_size
         self.include_eos = include_eos
+        self.share_contexts = share_contexts
         self.num_truncated = 0
         forward = inspect.signature(model.forward).parameters
         self._takes_position_ids = "position_ids" in forward
@@ -220,7 +226,76 @@ class PMIFaith:
         picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         return [picked[row, picked.shape[1] - n :].to(torch.float64).cpu() for row, n in enumerate(lengths)]
 
+    @torch.no_grad()
+    def _shared_context_logprobs(self, jobs: list[_Job]) -> list[torch.Tensor] | None:
+        """Like :meth:`_token_logprobs` for decoder-only jobs that share one context: the context
+        is run once and its KV cache is copied to every response, so scoring many responses to
+        one dialogue (a sweep's cells, BEGIN's systems) costs one prompt, not one per response.
+        ``None`` when the model gives no reorderable cache."""
+        device = self.model.device
+        pad = pad_token_id(self.tokenizer)
+        context = jobs[0].context
+        ctx = torch.tensor([context], device=device)
+        ctx_mask = torch.ones_like(ctx)
+        kwargs = dict(input_ids=ctx, attention_mask=ctx_mask, use_cache=True)
+        if self._takes_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        out = self.model(**kwargs)
+        cache = getattr(out, "past_key_values", None)
+        if cache is None or not hasattr(cache, "reorder_cache"):
+            return None
+        first = torch.log_softmax(out.logits[0, -1].to(torch.float64), -1).cpu()
+        results = []
+        for start in range(0, len(jobs), self.batch_size):
+            chunk = jobs[start : start + self.batch_size]
+            values = [first[[j.response[0]]] for j in chunk]
+            width = max(len(j.response) for j in chunk) - 1
+            if width > 0:
+                rest = pad_batch([j.response[:-1] for j in chunk], pad, left=False, device=device)
+                rows = copy.deepcopy(cache)
+                rows.reorder_cache(torch.zeros(len(chunk), dtype=torch.long, device=device))
+                mask = torch.cat([ctx_mask.expand(len(chunk), -1), rest["attention_mask"]], dim=-1)
+                kwargs = dict(input_ids=rest["input_ids"], attention_mask=mask, past_key_values=rows, use_cache=True)
+                if self._takes_position_ids:
+                    kwargs["position_ids"] = torch.arange(len(context), len(context) + width, device=device).expand(
+                        len(chunk), -1)
+                logprobs = torch.log_softmax(self.model(**kwargs).logits.to(torch.float64), -1).cpu()
+                for row, job in enumerate(chunk):
+                    n = len(job.response) - 1
+                    targets = torch.tensor(job.response[1:], dtype=torch.long)
+                    picked = logprobs[row, :n].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+                    values[row] = torch.cat([values[row], picked])
+            results.extend(values)
+        return results
+
     # ------------------------------------------------------------------ public
+    def _score_shared_contexts(self, jobs: list[_Job], logprobs: dict, progress: bool) -> list[_Job]:
+        """Score the decoder-only jobs whose context several jobs share (into ``logprobs``);
+        return the jobs left for the padded batches."""
+        if self.is_encoder_decoder or not self.share_contexts:
+            return jobs
+        groups: dict[tuple, list[_Job]] = {}
+        for job in jobs:
+            groups.setdefault(tuple(job.context), []).append(job)
+        shared = [g for g in groups.values() if len(g) > 1]
+        if not shared:
+            return jobs
+        if progress:
+            from tqdm.auto import tqdm
+
+            shared = tqdm(shared, desc="PMI-Faith (shared prompts)", unit="prompt")
+        done = set()
+        for group in shared:
+            values = self._shared_context_logprobs(group)
+            if values is None:
+                return [j for j in jobs if id(j) not in done]
+            for job, value in zip(group, values):
+                if torch.isnan(value).any():
+                    continue  # left to the padded path, which reports it
+                logprobs[(job.item, job.prompt)] = value
+                done.add(id(job))
+        return [j for j in jobs if id(j) not in done]
+
     def score(
         self,
         documents: Sequence[str],
@@ -259,9 +334,10 @@ class PMIFaith:
             logger.warning("%d of %d prompts were truncated to fit max_length=%s (the responses were not)",
                            self.num_truncated, len(responses), self.max_length)
 
+        logprobs: dict[tuple[int, str], torch.Tensor] = {}
+        jobs = self._score_shared_contexts(jobs, logprobs, progress)
         # Longest first, so the first batch shows the memory peak and padding stays small.
         order = sorted(range(len(jobs)), key=lambda k: -(len(jobs[k].context) + len(jobs[k].response)))
-        logprobs: dict[tuple[int, str], torch.Tensor] = {}
         batches = [order[k : k + self.batch_size] for k in range(0, len(order), self.batch_size)]
         if progress:
             from tqdm.auto import tqdm
