@@ -283,6 +283,7 @@ def decode_records(
     if do_sample:
         generate_kwargs["top_p"] = 1.0  # PMIDecode already keeps only the top-p nucleus
     bar = None
+    num_truncated = 0
     if progress:
         from tqdm.auto import tqdm
 
@@ -293,8 +294,9 @@ def decode_records(
             inputs = build_inputs(
                 tokenizer, [r["document"] for r in recs], [r["history"] for r in recs], model=model,
                 format=format, max_history_turns=max_history_turns, max_length=max_length,
-                chat_template=chat_template,
+                chat_template=chat_template, warn_truncation=False,
             )
+            num_truncated += inputs["num_truncated"]
             prompt_len = inputs["conditional"]["input_ids"].shape[1]
             batch_seed = _batch_seed(seed, [r["id"] for r in recs]) if seed is not None else None
             with torch.no_grad():
@@ -324,6 +326,9 @@ def decode_records(
     finally:
         if bar is not None:
             bar.close()
+    if num_truncated:
+        logger.warning("%d of %d dialogues were cut to max_length=%s prompt tokens (document first; "
+                       "see each record's 'truncated')", num_truncated, len(records), max_length)
 
 
 def _model_inputs_for(model, tokenizer, prompt: list[int], response: list[int], enc_dec: bool):

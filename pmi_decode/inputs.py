@@ -286,6 +286,7 @@ def build_inputs(
     max_length: int | None = None,
     chat_template: bool | None = None,
     device=None,
+    warn_truncation: bool = True,
 ) -> dict:
     """Conditional and unconditional model inputs for a batch of dialogues.
 
@@ -294,6 +295,7 @@ def build_inputs(
     ``attention_mask`` (left padding for decoder-only models, right padding for encoder-decoder
     ones). Pass ``inputs["conditional"]`` to ``generate`` and ``inputs["unconditional"]`` to
     :class:`~pmi_decode.PMIDecode`, or the whole dict to :func:`~pmi_decode.pmi_generate`.
+    A warning says how many inputs were cut (``warn_truncation=False``: the caller reports it).
     """
     if isinstance(documents, str) or isinstance(histories, str):
         raise ValueError("documents and histories must be lists (one item per dialogue)")
@@ -324,7 +326,7 @@ def build_inputs(
         for e in encoded
     ]
     num_truncated = sum(e.truncated for e in encoded)
-    if num_truncated:
+    if num_truncated and warn_truncation:
         logger.warning("%d of %d inputs were truncated to max_length=%s", num_truncated, len(encoded), max_length)
     return {
         "conditional": pad_batch([e.conditional for e in encoded], pad, left=left, device=device),

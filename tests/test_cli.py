@@ -246,3 +246,19 @@ def test_demo_prints_both_responses_side_by_side_with_gains(llama_dir):
 def test_demo_command_runs_on_a_local_model(llama_dir, capsys):
     assert main(["demo", "--model", llama_dir, "--num-beams", "1", "--max-new-tokens", "3", "--width", "80"]) == 0
     assert "Document: " in capsys.readouterr().out
+
+
+def test_truncation_is_reported_once_per_file_not_once_per_batch(caplog):
+    import logging
+
+    from pmi_decode.decode_file import decode_records
+
+    model, tok = tiny_model("llama"), tiny_tokenizer("llama")
+    records = [dict(r, document=r["document"] * 20) for r in _records(6)]
+    with caplog.at_level(logging.WARNING):
+        outs = list(decode_records(records, model, tok, num_beams=2, max_new_tokens=3, batch_size=2, max_length=40,
+                                   progress=False))
+    warnings = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage() or "were cut" in r.getMessage()]
+    assert warnings == ["6 of 6 dialogues were cut to max_length=40 prompt tokens (document first; "
+                        "see each record's 'truncated')"]
+    assert all(o["truncated"]["document_truncated"] for o in outs)
