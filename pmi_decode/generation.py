@@ -225,6 +225,9 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     user_processors = kwargs.pop("logits_processor", None)
     config, model_kwargs = _effective_config(model, dict(kwargs))
     blocker = None if paired is False else paired_path_blocker(model, cond, uncond, config, model_kwargs)
+    if paired is None and blocker is None and alpha == 0.0:
+        # The score is the conditional log-prob alone: the separate path runs no second branch.
+        blocker = "alpha = 0 needs no document-free branch"
     if paired and blocker:
         raise ValueError(f"the paired path cannot be used here: {blocker}")
     if paired is False or blocker:

@@ -65,6 +65,30 @@ def test_sampling_falls_back_to_the_separate_path(mode):
         pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, **NEW, **mode)
 
 
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_alpha_zero_runs_one_branch_only(kind):
+    """At alpha = 0 the score is the conditional log-prob, so pmi_generate must not pay for a
+    doubled batch: the model sees the conditional rows only, and the tokens are the separate
+    path's (plain decoding inside the top-p nucleus)."""
+    model, inputs = setup(kind)
+    rows = inputs["conditional"]["input_ids"].shape[0]
+    mode = dict(num_beams=4, **NEW)
+    expected = separate(model, inputs, 0.0, 0.7, **mode)
+    seen = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(
+            (kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs["decoder_input_ids"]).shape[0]),
+        with_kwargs=True)
+    try:
+        got = pmi_generate(model, inputs, alpha=0.0, p=0.7, **mode)
+    finally:
+        handle.remove()
+    assert torch.equal(got, expected)
+    assert seen and max(seen) <= rows * 4  # beams of the conditional rows; the paired path would show 2x
+    doubled = pmi_generate(model, inputs, alpha=0.0, p=0.7, paired=True, **mode)
+    assert torch.equal(doubled, expected)  # asking for the paired path still works, and agrees
+
+
 def test_paired_processor_refuses_sampling():
     model, inputs = setup("llama")
     cond, uncond = inputs["conditional"], inputs["unconditional"]
