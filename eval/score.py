@@ -26,6 +26,8 @@ def parse_args(argv=None):
                              "PMI-Faith. Prefer a model other than the generator (the same one flatters itself)")
     parser.add_argument("--scorer-max-length", type=int, default=None, help="longest scoring input in tokens")
     parser.add_argument("--scorer-batch-size", type=int, default=8)
+    parser.add_argument("--scorer-max-history-turns", type=int, default=None,
+                        help="PMI-Faith sees the last N history turns only (use the generator's window)")
     parser.add_argument("--chat-template", action="store_true", help="score with the scorer's chat template")
     parser.add_argument("--pmi-statistic", default="cpmi_sum", choices=["cpmi_sum", "cpmi_mean", "upmi_sum", "upmi_mean"])
     parser.add_argument("--pmi-bounds", nargs=2, type=float, metavar=("LOW", "HIGH"),
@@ -64,7 +66,7 @@ def main(argv=None) -> int:
     checker = get_checker(args.grammar_backend, **checker_options)
     scorer = None if args.scorer_model.lower() == "none" else args.scorer_model
     options = {"max_length": args.scorer_max_length, "batch_size": args.scorer_batch_size,
-               "chat_template": args.chat_template}
+               "chat_template": args.chat_template, "max_history_turns": args.scorer_max_history_turns}
     result = score_files(args.inputs, scorer_model=scorer, scorer_options={k: v for k, v in options.items() if v is not None},
                          grammar_checker=checker, q2=not args.no_q2, statistic=args.pmi_statistic,
                          fixed_bounds=args.pmi_bounds)

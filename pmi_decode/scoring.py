@@ -75,7 +75,8 @@ def pmi_faith_scorer(scorer_model="embedded", **options):
     """One :class:`~pmi_decode.metrics.PMIFaith` per (model, options), kept for later calls."""
     from .metrics.pmi_faith import PMIFaith
 
-    keys = ("chat_template", "max_length", "batch_size", "include_eos", "compute", "device", "dtype", "format")
+    keys = ("chat_template", "max_length", "max_history_turns", "batch_size", "include_eos", "compute", "device",
+            "dtype", "format")
     kwargs = {k: options[k] for k in keys if options.get(k) is not None}
     if "compute" in kwargs:
         kwargs["compute"] = tuple(kwargs["compute"])
@@ -246,6 +247,8 @@ def add_score_arguments(parser) -> None:
     parser.add_argument("--scorer-model", default="embedded", help="model for PMI-Faith: embedded, a hub id or a folder")
     parser.add_argument("--batch-size", type=int, default=16, help="sequences per forward pass")
     parser.add_argument("--max-length", type=int, default=None, help="longest scoring input in tokens (default: model limit)")
+    parser.add_argument("--max-history-turns", type=int, default=None,
+                        help="PMI-Faith sees the last N history turns only (use the generator's window)")
     parser.add_argument("--chat-template", action="store_true", help="score with the tokenizer's chat template")
     parser.add_argument("--device", default=None, help="torch device for the scorer model")
 
@@ -266,6 +269,7 @@ def run_score(args) -> Path:
         scorer_model=args.scorer_model,
         batch_size=args.batch_size,
         max_length=args.max_length,
+        max_history_turns=args.max_history_turns,
         chat_template=args.chat_template,
         device=args.device,
         progress=True,

@@ -157,7 +157,7 @@ class SweepConfig:
 
     def scoring_settings(self) -> dict:
         return {"scorer_model": self.scorer_model, "scorer_chat_template": self.scorer_chat_template,
-                "scorer_max_length": self.scorer_max_length, "pmi_statistic": self.pmi_statistic,
+                "scorer_max_length": self.scorer_max_length, "max_history_turns": self.max_history_turns, "pmi_statistic": self.pmi_statistic,
                 "grammar_backend": self.grammar_backend}
 
 
@@ -402,6 +402,7 @@ def make_pmi_scorer(config: SweepConfig):
     try:
         scorer = PMIFaith(config.scorer_model, chat_template=config.scorer_chat_template,
                           batch_size=config.scorer_batch_size, max_length=config.scorer_max_length,
+                          max_history_turns=config.max_history_turns,
                           compute=(config.pmi_statistic.split("_")[0],))
     except Exception as err:
         raise RuntimeError(

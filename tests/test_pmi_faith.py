@@ -150,6 +150,23 @@ def test_compute_only_cpmi():
         assert b["upmi_sum"] is None and b["upmi_mean"] is None
 
 
+def test_max_history_turns_scores_the_last_turns_only():
+    """A scorer limited to the last N turns scores as if the older turns were never there (the
+    window a generator was trained or prompted with), and the window does change the score."""
+    model, tokenizer = tiny_model("llama"), tiny_tokenizer("llama")
+    windowed = PMIFaith(model, tokenizer, max_history_turns=1).score(DOCS, HISTS, RESPONSES)
+    trimmed = PMIFaith(model, tokenizer).score(DOCS, [h[-1:] for h in HISTS], RESPONSES)
+    full = PMIFaith(model, tokenizer).score(DOCS, HISTS, RESPONSES)
+    for w, t in zip(windowed, trimmed):
+        assert w["cpmi_sum"] == pytest.approx(t["cpmi_sum"], abs=1e-9)
+        assert w["upmi_sum"] == pytest.approx(t["upmi_sum"], abs=1e-9)
+    assert windowed[0]["cpmi_sum"] != pytest.approx(full[0]["cpmi_sum"], abs=1e-9)  # 3 turns -> 1
+    assert windowed[1]["cpmi_sum"] == pytest.approx(full[1]["cpmi_sum"], abs=1e-9)  # 1 turn: unchanged
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="max_history_turns"):
+            PMIFaith(model, tokenizer, max_history_turns=bad)
+
+
 def test_bad_arguments():
     model, tokenizer = tiny_model("gpt2"), tiny_tokenizer("gpt2")
     with pytest.raises(ValueError, match="tokenizer is required"):

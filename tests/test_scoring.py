@@ -33,6 +33,17 @@ def test_every_response_field_is_scored_and_pmi_matches_the_scorer():
     assert "scores" not in RECORDS[0]  # inputs are not modified
 
 
+def test_pmi_faith_metric_passes_the_history_window():
+    model, tokenizer = tiny_model("gpt2"), tiny_tokenizer("gpt2")
+    parser = argparse.ArgumentParser()
+    scoring.add_score_arguments(parser)
+    assert parser.parse_args(["--input", "x", "--max-history-turns", "1"]).max_history_turns == 1
+    scored = scoring.score_records(RECORDS[:1], ["pmi_faith"], scorer_model=(model, tokenizer), max_history_turns=1)
+    direct = PMIFaith(model, tokenizer).score([RECORDS[0]["document"]], [RECORDS[0]["history"][-1:]],
+                                              [RECORDS[0]["pmi_response"]])[0]
+    assert scored[0]["scores"]["pmi_response"]["cpmi_sum"] == pytest.approx(direct["cpmi_sum"], abs=1e-9)
+
+
 def test_registered_metric_is_used_without_changing_the_logic():
     calls = []
 

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 
 from pmi_decode.metrics.pmi_faith import PMIFaith
@@ -206,3 +207,22 @@ def test_all_cells_are_scored_in_one_scorer_call(tmp_path, models):
                              [r["pmi_response"] for _, r in kept])
         assert [g["cpmi_sum"] for g, _ in kept] == pytest.approx([a["cpmi_sum"] for a in alone], abs=1e-9)
         assert all(g["num_tokens"] == 0 for g, r in zip(scores, rows) if not r["pmi_response"].strip())
+
+
+def test_scorer_sees_the_generators_history_window(tmp_path):
+    """The sweep's PMI-Faith scorer is built with the generator's max_history_turns, so a response
+    is scored against the turns it was decoded from, not against older turns that would push the
+    document out of the scorer's max_length."""
+    from pmi_decode.sweep import make_pmi_scorer
+
+    folder = tmp_path / "scorer"
+    tiny_model("llama", dtype=torch.float32).save_pretrained(folder)
+    tiny_tokenizer("llama").save_pretrained(folder)
+    config = make_config(tmp_path / "s", scorer_model=str(folder), max_history_turns=2)
+    memo = make_pmi_scorer(config)
+    assert memo.scorer.max_history_turns == 2
+    assert config.scoring_settings()["max_history_turns"] == 2
+    doc, hist = DIALOGUES[0]
+    got = memo.score([doc], [hist], ["It is in Paris."])[0]
+    want = PMIFaith(memo.scorer.model, memo.scorer.tokenizer).score([doc], [hist[-2:]], ["It is in Paris."])[0]
+    assert got["cpmi_sum"] == pytest.approx(want["cpmi_sum"], abs=1e-9)

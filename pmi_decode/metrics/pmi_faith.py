@@ -84,6 +84,8 @@ class PMIFaith:
             models, the encoder input for seq2seq ones); defaults to the model's limit. When a
             prompt is too long the end of the document is cut first, then the oldest turns; the
             response is never cut.
+        max_history_turns: score with the last N history turns only (as the generator saw them,
+            e.g. a model trained on the last 2 turns); ``None`` keeps the whole history.
         batch_size: sequences per forward pass (each response needs four: with document and
             history, history only, document only, nothing).
         include_eos: score the end-of-sequence token after a decoder-only model's response
@@ -104,6 +106,7 @@ class PMIFaith:
         format: DialogueFormat | None = None,
         chat_template: bool | None = False,
         max_length: int | None = None,
+        max_history_turns: int | None = None,
         batch_size: int = 16,
         include_eos: bool = False,
         compute: Sequence[str] = ("cpmi", "upmi"),
@@ -124,6 +127,9 @@ class PMIFaith:
             raise ValueError("tokenizer is required when model is a loaded model (pass tokenizer=...)")
         elif device is not None:
             model = model.to(device)
+        if max_history_turns is not None and (isinstance(max_history_turns, bool)
+                                              or not isinstance(max_history_turns, int) or max_history_turns < 1):
+            raise ValueError(f"max_history_turns must be a positive integer or None, got {max_history_turns!r}")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
@@ -134,6 +140,7 @@ class PMIFaith:
         self.is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
         self.chat_template = use_chat_template_for(tokenizer, self.is_encoder_decoder, chat_template)
         self.max_length = max_length or _model_limit(model, tokenizer)
+        self.max_history_turns = max_history_turns
         self.batch_size = batch_size
         self.include_eos = include_eos
         self.share_contexts = share_contexts
@@ -169,7 +176,8 @@ class PMIFaith:
         )
         contexts, truncated = {}, False
         if "cpmi" in self.compute:
-            with_history = encode_dialogue(self.tokenizer, document, history, **common)
+            with_history = encode_dialogue(self.tokenizer, document, history,
+                                           max_history_turns=self.max_history_turns, **common)
             contexts["dh"], contexts["h"] = with_history.conditional, with_history.unconditional
             truncated = with_history.truncated
         if "upmi" in self.compute:
