@@ -44,6 +44,7 @@ __all__ = [
     "score_cells",
     "load_cell_scores",
     "best_cell",
+    "paired_differences",
     "plot_heatmaps",
     "plot_frontier",
     "run_sweep",
@@ -488,6 +489,63 @@ def pareto_front(summaries: Sequence[dict], x: str = "rouge_l", y: str = "pmi_fa
     return sorted(front, key=lambda s: s[x])
 
 
+def paired_differences(sets: Sequence, *, statistic: str = "cpmi_sum") -> list[dict]:
+    """Each cell against the smallest-alpha cell of the same method and p, turn by turn.
+
+    Cells decode the same turns, so the per-turn difference removes the turn-to-turn spread that
+    dominates a cell mean. Returns one dict per (method, alpha > baseline, p) with, for PMI-Faith
+    (``statistic``, raw), ROUGE-L and the ungrammatical share, the mean paired difference and the
+    half-width of its normal 95% interval (1.96 standard errors; 0 when n < 2)."""
+    by_cell = {(rs.meta["method_key"], rs.meta["alpha"], rs.meta["p"]): rs for rs in sets}
+    out = []
+    for (method, alpha, p), rs in by_cell.items():  # in the order of ``sets`` (grid order)
+        base_alpha = min(a for (m, a, q) in by_cell if m == method and q == p)
+        if alpha == base_alpha:
+            continue
+        base = {r["id"]: r for r in by_cell[(method, base_alpha, p)].scores}
+        row = {"method": method, "alpha": alpha, "p": p, "baseline_alpha": base_alpha}
+        for key, name in ((statistic, "pmi_faith"), ("rouge_l", "rouge_l"), ("ungrammatical", "grammar_error_rate")):
+            diffs = [r[key] - base[r["id"]][key] for r in rs.scores
+                     if r["id"] in base and key in r and key in base[r["id"]]]
+            row[f"{name}_diff"] = sum(diffs) / len(diffs) if diffs else None
+            row[f"{name}_ci95"] = _ci95(diffs) if diffs else None
+            row["n"] = len(diffs)
+        out.append(row)
+    return out
+
+
+def _ci95(values: Sequence[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return 1.96 * math.sqrt(variance / n)
+
+
+def paired_differences_markdown(rows: Sequence[dict], statistic: str) -> str:
+    if not rows:
+        return ""
+    lines = ["| Decoding | alpha | p | n | PMI-F (raw) change | ROUGE-L change | grammar errors change |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+
+    def fmt(value, ci, spec, scale=1.0):
+        return "n/a" if value is None else f"{scale * value:+{spec}} ± {scale * ci:{spec}}"
+
+    for r in rows:
+        lines.append(
+            f"| {r['method'].replace('_', ' ')} | {r['alpha']:g} | {r['p']:g} | {r['n']} | "
+            f"{fmt(r['pmi_faith_diff'], r['pmi_faith_ci95'], '.2f')} | "
+            f"{fmt(r['rouge_l_diff'], r['rouge_l_ci95'], '.3f')} | "
+            f"{fmt(r['grammar_error_rate_diff'], r['grammar_error_rate_ci95'], '.0f', 100)} pts |")
+    base = sorted({r["baseline_alpha"] for r in rows})
+    lines.append(
+        f"\nEach cell minus the alpha = {', '.join(f'{b:g}' for b in base)} cell of the same method and p, turn by turn "
+        f"(same turns in every cell): mean difference ± half-width of its 95% interval (1.96 standard errors). "
+        f"PMI-F (raw) is the mean {statistic}; grammar errors in percentage points.")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------------------- plots
 HEATMAPS = (
     ("pmi_faith_norm", "normalised PMI-Faith", "viridis"),
@@ -638,6 +696,10 @@ def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
                 parts.append(f"Best cell among those with grammar errors <= {100 * limit:g}%: {_describe(g)}.\n")
             except ValueError as err:
                 parts.append(f"No best cell with grammar errors <= {100 * limit:g}%: {err}.\n")
+    diffs = paired_differences(sets, statistic=config.pmi_statistic)
+    if diffs:
+        parts.append("## Change against alpha = 0, turn by turn\n")
+        parts.append(paired_differences_markdown(diffs, config.pmi_statistic))
     parts.append("## All cells\n")
     long_rows = [dict(s, method=s["method"].replace("_", " ")) for s in summaries]
     parts.append(table4_markdown(long_rows, bounds, scorer=config.scorer_model))
@@ -652,7 +714,8 @@ def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
             if any(s["method"] == method for s in summaries):
                 written += plot_heatmaps(summaries, out / "plots", method=method)
                 written.append(plot_frontier(summaries, out / "plots", method=method))
-    summary = {"bounds": bounds, "cells": summaries, "best": best, "files": [str(p) for p in written]}
+    summary = {"bounds": bounds, "cells": summaries, "best": best, "paired_differences": diffs,
+               "files": [str(p) for p in written]}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=1, default=str) + "\n")
     return {"table": table, **summary}
 

@@ -110,6 +110,8 @@ def test_table_and_plot_files(tmp_path, models):
     assert "min-max normalised" in table and "Best cell" in table
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert len(summary["cells"]) == 8
+    assert "## Change against alpha = 0, turn by turn" in table
+    assert len(summary["paired_differences"]) == 4  # alpha 1 against alpha 0, per method and p
     assert set(summary["best"]) == {"beam_search", "beam_sampling", "beam_search_grammar_limited",
                                     "beam_sampling_grammar_limited"}
     assert summary["best"]["beam_search"] == summary["best"]["beam_search_grammar_limited"]  # limit 100%
@@ -226,3 +228,35 @@ def test_scorer_sees_the_generators_history_window(tmp_path):
     got = memo.score([doc], [hist], ["It is in Paris."])[0]
     want = PMIFaith(memo.scorer.model, memo.scorer.tokenizer).score([doc], [hist[-2:]], ["It is in Paris."])[0]
     assert got["cpmi_sum"] == pytest.approx(want["cpmi_sum"], abs=1e-9)
+
+
+def test_paired_differences_against_alpha_zero():
+    """Hand-made cells: the change is computed turn by turn (matched by id, whatever the order)
+    against the alpha = 0 cell of the same method and p, with a 1.96-standard-error interval."""
+    import statistics
+
+    from pmi_decode.report import ResponseSet
+    from pmi_decode.sweep import paired_differences, paired_differences_markdown
+
+    def cell(alpha, p, pmi, rouge, bad, method="beam_search"):
+        ids = ["a", "b", "c"]
+        rs = ResponseSet(method=method, objective="x", ids=ids, documents=["d"] * 3, histories=[["h"]] * 3,
+                         responses=["r"] * 3, meta={"alpha": alpha, "p": p, "method_key": method})
+        rs.scores = [{"id": i, "cpmi_sum": x, "rouge_l": y, "ungrammatical": z} for i, x, y, z in zip(ids, pmi, rouge, bad)]
+        return rs
+
+    base = cell(0.0, 0.9, [1.0, 2.0, 3.0], [0.2, 0.2, 0.2], [0, 0, 1])
+    up = cell(0.5, 0.9, [2.0, 2.0, 7.0], [0.1, 0.3, 0.2], [1, 0, 1])
+    up.scores.reverse()  # pairing is by id, not by position
+    other_p = cell(0.0, 0.6, [9.0, 9.0, 9.0], [0.0, 0.0, 0.0], [1, 1, 1])
+    rows = paired_differences([base, up, other_p])
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["method"], row["alpha"], row["p"], row["baseline_alpha"], row["n"]) == ("beam_search", 0.5, 0.9, 0.0, 3)
+    diffs = [1.0, 0.0, 4.0]
+    assert row["pmi_faith_diff"] == pytest.approx(statistics.mean(diffs))
+    assert row["pmi_faith_ci95"] == pytest.approx(1.96 * statistics.stdev(diffs) / 3 ** 0.5)
+    assert row["rouge_l_diff"] == pytest.approx(0.0) and row["rouge_l_ci95"] == pytest.approx(1.96 * 0.1 / 3 ** 0.5)
+    assert row["grammar_error_rate_diff"] == pytest.approx(1 / 3)
+    table = paired_differences_markdown(rows, "cpmi_sum")
+    assert "| beam search | 0.5 | 0.9 | 3 | +1.67 ± " in table and "+33 ± " in table
