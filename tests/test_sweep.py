@@ -94,7 +94,13 @@ def test_interrupted_sweep_resumes_to_the_same_table(tmp_path, models):
     resumed = run(config, models)
     assert first.stat().st_mtime_ns == stamp  # finished cells are not decoded again
     assert resumed["table"] == full["table"]
-    assert resumed["cells"] == full["cells"]
+    # Cells scored before the interruption went through the scorer on their own (padded batches),
+    # the rest in one call that shares prompts: the same scores up to float rounding.
+    assert len(resumed["cells"]) == len(full["cells"])
+    for got, want in zip(resumed["cells"], full["cells"]):
+        assert got.keys() == want.keys()
+        for key, value in want.items():
+            assert got[key] == (pytest.approx(value, rel=1e-12, abs=1e-12) if isinstance(value, float) else value), key
     # Sampling cells really sampled something different from the beam-search ones somewhere.
     gen = lambda method, a, p: [json.loads(l)["pmi_response"] for l in open(  # noqa: E731
         cell_paths(config.output_dir, Cell(method, a, p))["generations"])]

@@ -67,6 +67,18 @@ def _model_limit(model, tokenizer) -> int | None:
     return None
 
 
+def _upcast(logits: torch.Tensor) -> torch.Tensor:
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
+def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log_softmax(logits)[..., target] without building the whole log-softmax tensor (a
+    262k-token vocabulary makes that hundreds of MB per batch). float32, or float64 for a
+    float64 model."""
+    logits = _upcast(logits)
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
 class PMIFaith:
     """Score responses with conditional (CPMI) and unconditional (UPMI) PMI-Faith.
 
@@ -214,8 +226,7 @@ class PMIFaith:
                 decoder_input_ids=dec["input_ids"],
                 decoder_attention_mask=dec["attention_mask"],
             ).logits
-            logprobs = torch.log_softmax(logits.to(torch.float64 if logits.dtype == torch.float64 else torch.float32), -1)
-            picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            picked = _target_logprobs(logits, targets)
             return [picked[row, :n].to(torch.float64).cpu() for row, n in enumerate(lengths)]
         # Decoder-only: context + response, left-padded so every response ends at the last column;
         # only the logits of the last (longest response) positions are computed.
@@ -229,9 +240,8 @@ class PMIFaith:
             kwargs["logits_to_keep"] = keep
         logits = self.model(**kwargs).logits
         logits = logits[:, -keep:-1]  # position i predicts token i+1
-        logprobs = torch.log_softmax(logits.float() if logits.dtype != torch.float64 else logits, -1)
         targets = batch["input_ids"][:, width - keep + 1 :]
-        picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        picked = _target_logprobs(logits, targets)
         return [picked[row, picked.shape[1] - n :].to(torch.float64).cpu() for row, n in enumerate(lengths)]
 
     @torch.no_grad()
@@ -252,7 +262,8 @@ class PMIFaith:
         cache = getattr(out, "past_key_values", None)
         if cache is None or not hasattr(cache, "reorder_cache"):
             return None
-        first = torch.log_softmax(out.logits[0, -1].to(torch.float64), -1).cpu()
+        last = _upcast(out.logits[:, -1:])  # kept 3-D: the same reduction as the padded batches
+        first = (last - torch.logsumexp(last, dim=-1, keepdim=True))[0, 0].to(torch.float64).cpu()
         results = []
         for start in range(0, len(jobs), self.batch_size):
             chunk = jobs[start : start + self.batch_size]
@@ -267,12 +278,10 @@ class PMIFaith:
                 if self._takes_position_ids:
                     kwargs["position_ids"] = torch.arange(len(context), len(context) + width, device=device).expand(
                         len(chunk), -1)
-                logprobs = torch.log_softmax(self.model(**kwargs).logits.to(torch.float64), -1).cpu()
+                targets = pad_batch([j.response[1:] for j in chunk], pad, left=False, device=device)["input_ids"]
+                picked = _target_logprobs(self.model(**kwargs).logits, targets).to(torch.float64).cpu()
                 for row, job in enumerate(chunk):
-                    n = len(job.response) - 1
-                    targets = torch.tensor(job.response[1:], dtype=torch.long)
-                    picked = logprobs[row, :n].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-                    values[row] = torch.cat([values[row], picked])
+                    values[row] = torch.cat([values[row], picked[row, : len(job.response) - 1]])
             results.extend(values)
         return results
 
