@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import statistics
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -158,8 +159,8 @@ class SweepConfig:
 
     def scoring_settings(self) -> dict:
         return {"scorer_model": self.scorer_model, "scorer_chat_template": self.scorer_chat_template,
-                "scorer_max_length": self.scorer_max_length, "max_history_turns": self.max_history_turns, "pmi_statistic": self.pmi_statistic,
-                "grammar_backend": self.grammar_backend}
+                "scorer_max_length": self.scorer_max_length, "max_history_turns": self.max_history_turns,
+                "pmi_statistic": self.pmi_statistic, "grammar_backend": self.grammar_backend}
 
 
 def load_sweep_config(path, **overrides) -> SweepConfig:
@@ -507,7 +508,7 @@ def paired_differences(sets: Sequence, *, statistic: str = "cpmi_sum") -> list[d
         for key, name in ((statistic, "pmi_faith"), ("rouge_l", "rouge_l"), ("ungrammatical", "grammar_error_rate")):
             diffs = [r[key] - base[r["id"]][key] for r in rs.scores
                      if r["id"] in base and key in r and key in base[r["id"]]]
-            row[f"{name}_diff"] = sum(diffs) / len(diffs) if diffs else None
+            row[f"{name}_diff"] = statistics.fmean(diffs) if diffs else None
             row[f"{name}_ci95"] = _ci95(diffs) if diffs else None
             row["n"] = len(diffs)
         out.append(row)
@@ -515,12 +516,7 @@ def paired_differences(sets: Sequence, *, statistic: str = "cpmi_sum") -> list[d
 
 
 def _ci95(values: Sequence[float]) -> float:
-    n = len(values)
-    if n < 2:
-        return 0.0
-    mean = sum(values) / n
-    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return 1.96 * math.sqrt(variance / n)
+    return 1.96 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
 
 
 def paired_differences_markdown(rows: Sequence[dict], statistic: str) -> str:
@@ -698,7 +694,8 @@ def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
                 parts.append(f"No best cell with grammar errors <= {100 * limit:g}%: {err}.\n")
     diffs = paired_differences(sets, statistic=config.pmi_statistic)
     if diffs:
-        parts.append("## Change against alpha = 0, turn by turn\n")
+        base = ", ".join(sorted({f"{d['baseline_alpha']:g}" for d in diffs}))
+        parts.append(f"## Change against alpha = {base}, turn by turn\n")
         parts.append(paired_differences_markdown(diffs, config.pmi_statistic))
     parts.append("## All cells\n")
     long_rows = [dict(s, method=s["method"].replace("_", " ")) for s in summaries]

@@ -262,8 +262,7 @@ class PMIFaith:
         cache = getattr(out, "past_key_values", None)
         if cache is None or not hasattr(cache, "reorder_cache"):
             return None
-        last = _upcast(out.logits[:, -1:])  # kept 3-D: the same reduction as the padded batches
-        first = (last - torch.logsumexp(last, dim=-1, keepdim=True))[0, 0].to(torch.float64).cpu()
+        first = torch.log_softmax(_upcast(out.logits[0, -1]), -1).to(torch.float64).cpu()  # one row: cheap
         results = []
         for start in range(0, len(jobs), self.batch_size):
             chunk = jobs[start : start + self.batch_size]
