@@ -53,31 +53,50 @@ def nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
     probs = log_probs.exp()
     # A full sort of a 50k vocabulary dominates the processor's own cost, and a trained model's
     # nucleus almost always lies within its top few dozen tokens: try the top k first and sort
-    # everything only when some row's top k holds less than p of the mass (same set either way).
-    vocab = probs.shape[-1]
-    sorted_probs, order = probs.topk(min(vocab, _NUCLEUS_START_K), dim=-1, sorted=True)
+    # only the rows whose top k holds less than p of the mass (same set either way).
+    flat = probs.reshape(-1, probs.shape[-1])
+    keep = torch.zeros_like(flat, dtype=torch.bool)
+    k = min(flat.shape[-1], _NUCLEUS_START_K)
+    top_probs, top_order = flat.topk(k, dim=-1, sorted=True)
+    keep.scatter_(-1, top_order, _keep_sorted(top_probs, p))
+    if k < flat.shape[-1]:
+        short = (top_probs.cumsum(dim=-1)[:, -1] < p).nonzero().squeeze(-1)
+        if short.numel():
+            sorted_probs, order = flat[short].sort(dim=-1, descending=True)
+            keep[short] = torch.zeros_like(keep[short]).scatter_(-1, order, _keep_sorted(sorted_probs, p))
+    return keep.reshape(probs.shape) & finite
+
+
+def _keep_sorted(sorted_probs: torch.Tensor, p: float) -> torch.Tensor:
+    """Which of the descending-sorted tokens belong to the nucleus: those before the mass reaches p."""
     cumulative = sorted_probs.cumsum(dim=-1)
-    if order.shape[-1] < vocab and not bool((cumulative[..., -1] >= p).all()):
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        cumulative = sorted_probs.cumsum(dim=-1)
     mass_before = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], dim=-1)
-    keep_sorted = mass_before < p
-    keep_sorted[..., 0] = True
-    keep = torch.zeros_like(finite).scatter(-1, order, keep_sorted)
-    return keep & finite
+    keep = mass_before < p
+    keep[..., 0] = True
+    return keep
 
 
 def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha: float, p: float) -> torch.Tensor:
     """The PMI-Decode score from the conditional scores (any logits or log-probs) and the
-    unconditional log-probs; -inf outside the nucleus. Never NaN: a token the conditional
-    distribution rules out stays -inf whatever lp_u is."""
+    unconditional log-probs; -inf outside the nucleus.
+
+    Never NaN, and nothing wins by accident: a token the conditional distribution rules out
+    stays -inf whatever lp_u is; a token whose lp_u is -inf or NaN (banned in the unconditional
+    row by a per-row processor, or a broken branch) would get an infinite or undefined PMI, so
+    it is dropped from the candidates; a row whose whole nucleus is dropped that way keeps the
+    conditional log-probs of its nucleus."""
     lp_c = torch.log_softmax(scores, dim=-1)
     keep = nucleus_mask(lp_c, p)
     if alpha == 0.0 or lp_u is None:
         combined = lp_c
     else:
-        lp_u = lp_u.to(lp_c.dtype).clamp(min=torch.finfo(lp_c.dtype).min)
-        combined = (1.0 - alpha) * lp_c + alpha * (lp_c - lp_u)
+        lp_u = lp_u.to(lp_c.dtype)
+        known = torch.isfinite(lp_u)
+        usable = keep & known
+        some = usable.any(dim=-1, keepdim=True)
+        keep = torch.where(some, usable, keep)
+        lp_u = torch.where(known, lp_u, torch.zeros_like(lp_u))
+        combined = torch.where(some, (1.0 - alpha) * lp_c + alpha * (lp_c - lp_u), lp_c)
     return torch.where(keep, combined, torch.full_like(combined, -math.inf))
 
 

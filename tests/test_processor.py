@@ -1,5 +1,6 @@
 """PMIDecode (separate-cache mode) against plain generate and against the slow reference."""
 
+import copy
 import math
 
 import pytest
@@ -94,6 +95,7 @@ def test_one_instance_serves_several_generations():
 def test_continuing_a_finished_sequence_starts_a_new_generation():
     """A prompt that extends the last output by one token must not reuse the stale cache."""
     model, inputs = setup("llama")
+    twin = copy.deepcopy(model)  # builds the prefix cache, as an external cache store would, out of sight
     proc = PMIDecode(1.0, 1.0, model=model, unconditional_inputs=inputs["unconditional"])
     out = generate(model, inputs, [proc], "greedy", min_new_tokens=NEW_TOKENS)
     cont = {"input_ids": out[:, :-1], "attention_mask": torch.ones_like(out[:, :-1])}
@@ -146,6 +148,9 @@ def test_scores_finite_inside_nucleus_and_never_nan():
         for p in (0.2, 0.9, 1.0):
             out = pmi_scores(scores, lp_u, alpha, p)
             keep = nucleus_mask(torch.log_softmax(scores, -1), p)
+            if alpha > 0:  # a token with an infinite PMI is no candidate (unless none is left in its row)
+                usable = keep & torch.isfinite(lp_u)
+                keep = torch.where(usable.any(-1, keepdim=True), usable, keep)
             assert not torch.isnan(out).any()
             assert torch.isfinite(out[keep]).all()
             assert torch.isneginf(out[~keep]).all()
@@ -236,3 +241,244 @@ def test_nucleus_matches_a_full_sort(temperature, p):
     before = torch.cat([torch.zeros_like(cumulative[:, :1]), cumulative[:, :-1]], -1)
     expected = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < p)
     assert torch.equal(nucleus_mask(lp, p), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Misuse: every case below once ran without error and returned wrong tokens (or broke the
+# instance). Each must now either be exact (equal to a fresh processor / the slow reference)
+# or raise a ValueError that names the problem.
+
+
+def _scoring_processor(model, **forward_kwargs):
+    """A user processor that runs the same model between steps, as another processor or a
+    scoring call would, and leaves the scores alone."""
+
+    def proc(input_ids, scores):
+        with torch.no_grad():
+            model(input_ids=input_ids, **forward_kwargs)
+        return scores
+
+    return proc
+
+
+def _separate(model, inputs):
+    return PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"])
+
+
+def test_bare_processor_refuses_a_batch_it_did_not_stack():
+    """PMIDecode(alpha, p) on an ordinary batch once paired dialogue 2 with dialogue 1."""
+    model, inputs = setup("llama")
+    for extra in (dict(), dict(num_beams=2)):
+        for rows in (slice(0, 2), slice(0, 1)):
+            cond = {k: v[rows] for k, v in inputs["conditional"].items()}
+            with pytest.raises(ValueError, match=r"pmi\.stack\(inputs, model\)"):
+                model.generate(**cond, logits_processor=[PMIDecode(0.5, 0.9)], max_new_tokens=3, **extra)
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_stack_and_conditional_equal_the_separate_path(kind):
+    model, inputs = setup(kind)
+    pmi = PMIDecode(0.5, 0.9)
+    out = model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], max_new_tokens=NEW_TOKENS,
+                         min_new_tokens=NEW_TOKENS // 2, num_beams=4, num_return_sequences=2)
+    expected = generate(model, inputs, [_separate(model, inputs)], "beam", length_penalty=1.0, early_stopping=False)
+    got = pmi.conditional(out)
+    if kind == "llama":  # the stacked prompt may be wider than the conditional one: compare what was generated
+        got = got[:, pmi.prompt_width:]
+        expected = expected[:, inputs["conditional"]["input_ids"].shape[1]:]
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_stacked_processor_refuses_another_batch(kind):
+    model, inputs = setup(kind)
+    pmi = PMIDecode(0.5, 0.9)
+    pmi.stack(inputs, model)
+    other = PMIDecode(0.5, 0.9).stack({k: {kk: vv[:2] for kk, vv in v.items()} for k, v in inputs.items()
+                                       if k in ("conditional", "unconditional")}, model)
+    with pytest.raises(ValueError, match=r"pmi\.stack\(inputs, model\)"):
+        model.generate(**other, logits_processor=[pmi], max_new_tokens=3)
+
+
+def test_assisted_decoding_is_refused():
+    model, inputs = setup("llama")
+    one = {"conditional": {k: v[:1] for k, v in inputs["conditional"].items()},
+           "unconditional": {k: v[:1] for k, v in inputs["unconditional"].items()}}
+    assistant = tiny_model("llama", seed=1)
+    with pytest.raises(ValueError, match="assisted"):
+        model.generate(**one["conditional"], logits_processor=[_separate(model, one)], assistant_model=assistant,
+                       max_new_tokens=NEW_TOKENS)
+
+
+def test_prompt_lookup_is_exact_or_refused():
+    model, inputs = setup("llama")
+    one = {"conditional": {k: v[:1] for k, v in inputs["conditional"].items()},
+           "unconditional": {k: v[:1] for k, v in inputs["unconditional"].items()}}
+    expected = generate(model, one, [reference(model, one, 0.5, 0.9)], "greedy")
+    try:
+        got = generate(model, one, [_separate(model, one)], "greedy", prompt_lookup_num_tokens=2)
+    except ValueError as err:
+        assert "assisted" in str(err)
+    else:
+        assert torch.equal(got, expected)
+
+
+def test_encoder_decoder_unconditional_rows_must_match_the_prompts():
+    model, inputs = setup("bart")
+    cond = {k: torch.cat([v, v[:1]]) for k, v in inputs["conditional"].items()}  # 4 prompts
+    two = {k: v[:2] for k, v in inputs["unconditional"].items()}
+    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=two)
+    with pytest.raises(ValueError, match="unconditional_inputs has 2 rows"):
+        model.generate(**cond, logits_processor=[proc], max_new_tokens=3)
+
+
+def test_decoder_only_unrelated_rows_with_returned_sequences_are_refused():
+    model, inputs = setup("llama")
+    cond = {k: v[:2] for k, v in inputs["conditional"].items()}  # 2 prompts x 2 returned = 4 rows
+    four = {k: torch.cat([v, v[:1]]) for k, v in inputs["unconditional"].items()}  # 4 unrelated rows
+    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=four)
+    with pytest.raises(ValueError, match="unconditional_inputs"):
+        model.generate(**cond, logits_processor=[proc], max_new_tokens=3, do_sample=True, num_return_sequences=2)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_right_padded_unconditional_inputs_are_repadded(kind):
+    model, inputs = setup(kind)
+    tok = tiny_tokenizer(kind)
+    tok.padding_side = "right"
+    right = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)["unconditional"]
+    assert bool((right["attention_mask"][:, -1] == 0).any()), "the batch must contain right padding"
+    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=right)
+    got = generate(model, inputs, [proc], "greedy")
+    assert torch.equal(got, generate(model, inputs, [reference(model, inputs, 0.5, 0.9)], "greedy"))
+
+
+@pytest.mark.parametrize("forward_kwargs", [dict(use_cache=False), dict(use_cache=True)])
+def test_other_forwards_between_steps_are_not_a_new_generation(forward_kwargs):
+    model, inputs = setup("llama")
+    expected = generate(model, inputs, [_separate(model, inputs)], "beam")
+    got = generate(model, inputs, [_scoring_processor(model, **forward_kwargs), _separate(model, inputs)], "beam")
+    assert torch.equal(got, expected)
+
+
+def test_a_cacheless_call_between_generations_does_not_break_the_instance():
+    model, inputs = setup("llama")
+    proc = _separate(model, inputs)
+    first = generate(model, inputs, [proc], "greedy")
+    with torch.no_grad():
+        model(**inputs["conditional"], use_cache=False)  # e.g. a scoring call
+    assert torch.equal(generate(model, inputs, [proc], "greedy"), first)
+    proc.reset()
+    assert torch.equal(generate(model, inputs, [proc], "greedy"), first)
+
+
+def test_sequences_that_do_not_continue_the_step_raise():
+    """Outside a new generation, a row whose prefix matches no previous row is an error."""
+    from transformers import DynamicCache
+
+    model, inputs = setup("llama")
+    proc = _separate(model, inputs)
+    ids = inputs["conditional"]["input_ids"]
+    cache = DynamicCache()
+    with torch.no_grad():
+        logits = model(**inputs["conditional"], past_key_values=cache).logits[:, -1]
+    proc(ids, logits)
+    step = torch.cat([ids, torch.tensor([[5], [6], [7]])], dim=1)
+    edited = step.clone()
+    edited[0, -2] = (edited[0, -2] + 1) % 320  # the previous token of row 0 changed
+    with torch.no_grad():
+        mask = torch.cat([inputs["conditional"]["attention_mask"], torch.ones(3, 1, dtype=torch.long)], 1)
+        logits = model(input_ids=step[:, -1:], attention_mask=mask, past_key_values=cache).logits[:, -1]
+    with pytest.raises(ValueError, match="do not continue"):
+        proc(edited, logits)
+
+
+def test_continuing_an_output_with_a_prefix_cache_starts_a_new_generation():
+    from pmi_decode.processor import prefill
+
+    model, inputs = setup("llama")
+    twin = copy.deepcopy(model)  # builds the prefix cache, as an external cache store would, out of sight
+    proc = PMIDecode(1.0, 1.0, model=model, unconditional_inputs=inputs["unconditional"])
+    out = generate(model, inputs, [proc], "greedy", min_new_tokens=NEW_TOKENS)
+    mask = torch.ones_like(out)
+    mask[:, : inputs["conditional"]["attention_mask"].shape[1]] = inputs["conditional"]["attention_mask"]
+    cont = {"input_ids": out, "attention_mask": mask}
+    runs = []
+    for processor in (proc, PMIDecode(1.0, 1.0, model=model, unconditional_inputs=inputs["unconditional"])):
+        with torch.no_grad():
+            cache, _ = prefill(twin, out[:, :-1], mask[:, :-1])
+        runs.append(model.generate(**cont, logits_processor=[processor], past_key_values=cache, max_new_tokens=4))
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_training_mode_after_construction_is_refused_at_call_time():
+    model, inputs = setup("llama")
+    proc = _separate(model, inputs)
+    model.train()
+    with pytest.raises(ValueError, match="training mode"):
+        generate(model, inputs, [proc], "greedy")
+
+
+def test_a_token_banned_only_in_the_unconditional_row_never_wins():
+    scores = torch.zeros(1, 6)
+    lp_u = torch.log_softmax(torch.zeros(1, 6), -1)
+    lp_u[0, 3] = -math.inf  # e.g. no_repeat_ngram_size banned it in the document-free row only
+    out = pmi_scores(scores, lp_u, 0.5, 1.0)
+    assert out[0].argmax().item() != 3
+    assert torch.isfinite(out[0, [0, 1, 2, 4, 5]]).all() and out.max() < 1e3
+
+
+def test_paired_per_row_processors_never_let_a_banned_token_win():
+    model, inputs = setup("llama")
+    pmi = PMIDecode(1.0, 1.0)
+    out = model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], max_new_tokens=6, num_beams=2,
+                         no_repeat_ngram_size=1, return_dict_in_generate=True, output_scores=True)
+    assert max(s[torch.isfinite(s)].abs().max().item() for s in out.scores) < 1e3
+
+
+def test_nan_unconditional_log_probs_never_give_nan():
+    scores = torch.randn(3, 10)
+    lp_u = torch.log_softmax(torch.randn(3, 10), -1)
+    lp_u[0] = math.nan
+    lp_u[1, 2] = math.nan
+    for alpha, p in ((0.5, 0.9), (1.0, 1.0)):
+        out = pmi_scores(scores, lp_u, alpha, p)
+        assert not torch.isnan(out).any()
+        assert torch.isfinite(out).any(dim=-1).all()
+
+
+def test_nan_from_the_document_free_branch_is_reported():
+    """Fault injection on the model: its logits are NaN while the branch runs (between the two
+    user processors around PMIDecode); the processor must say so, never return NaN."""
+    model, inputs = setup("llama")
+    state = {"on": False}
+
+    def flag(value):
+        def proc(input_ids, scores):
+            state["on"] = value
+            return scores
+        return proc
+
+    handle = model.lm_head.register_forward_hook(lambda m, a, out: out * math.nan if state["on"] else out)
+    try:
+        with pytest.raises(ValueError, match="NaN"):
+            generate(model, inputs, [flag(True), _separate(model, inputs), flag(False)], "greedy")
+    finally:
+        handle.remove()
+
+
+def test_branch_cache_is_freed_without_garbage_collection():
+    import gc
+    import weakref
+
+    model, inputs = setup("llama")
+    proc = _separate(model, inputs)
+    generate(model, inputs, [proc], "greedy")
+    branch = weakref.ref(proc._branch)
+    gc.collect()
+    gc.disable()
+    try:
+        del proc
+        assert branch() is None
+    finally:
+        gc.enable()
