@@ -129,12 +129,12 @@ def test_alpha1_p1_is_pure_pmi():
     proc = PMIDecode(1.0, 1.0, model=model, unconditional_inputs=inputs["unconditional"])
     start = torch.full((3, 1), model.generation_config.decoder_start_token_id)
     with torch.no_grad():
-        cond = model(**inputs["conditional"], decoder_input_ids=start).logits[:, -1].float()
-        uncond = model(**inputs["unconditional"], decoder_input_ids=start).logits[:, -1].float()
-    proc._on_model_forward({"past_key_values": None})
-    out = proc(start, cond)
+        cond = model(**inputs["conditional"], decoder_input_ids=start).logits[:, -1]
+        uncond = model(**inputs["unconditional"], decoder_input_ids=start).logits[:, -1]
+    out = model.generate(**inputs["conditional"], logits_processor=[proc], max_new_tokens=1,
+                         return_dict_in_generate=True, output_scores=True).scores[0]
     expected = torch.log_softmax(cond, -1) - torch.log_softmax(uncond, -1)
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, expected.to(out.dtype), rtol=1e-5, atol=1e-5)
 
 
 def test_scores_finite_inside_nucleus_and_never_nan():
@@ -279,9 +279,8 @@ def test_bare_processor_refuses_a_batch_it_did_not_stack():
 def test_stack_and_conditional_equal_the_separate_path(kind):
     model, inputs = setup(kind)
     pmi = PMIDecode(0.5, 0.9)
-    out = model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], max_new_tokens=NEW_TOKENS,
-                         min_new_tokens=NEW_TOKENS // 2, num_beams=4, num_return_sequences=2)
-    expected = generate(model, inputs, [_separate(model, inputs)], "beam", length_penalty=1.0, early_stopping=False)
+    out = model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], max_new_tokens=NEW_TOKENS, **MODES["beam"])
+    expected = generate(model, inputs, [_separate(model, inputs)], "beam", min_new_tokens=0)
     got = pmi.conditional(out)
     if kind == "llama":  # the stacked prompt may be wider than the conditional one: compare what was generated
         got = got[:, pmi.prompt_width:]
@@ -344,9 +343,12 @@ def test_decoder_only_unrelated_rows_with_returned_sequences_are_refused():
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_right_padded_unconditional_inputs_are_repadded(kind):
     model, inputs = setup(kind)
-    tok = tiny_tokenizer(kind)
-    tok.padding_side = "right"
-    right = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)["unconditional"]
+    left = inputs["unconditional"]
+    right = {"input_ids": torch.zeros_like(left["input_ids"]), "attention_mask": torch.zeros_like(left["attention_mask"])}
+    for row, (ids, mask) in enumerate(zip(left["input_ids"], left["attention_mask"])):
+        tokens = ids[mask.bool()]
+        right["input_ids"][row, : tokens.numel()] = tokens
+        right["attention_mask"][row, : tokens.numel()] = 1
     assert bool((right["attention_mask"][:, -1] == 0).any()), "the batch must contain right padding"
     proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=right)
     got = generate(model, inputs, [proc], "greedy")
