@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
+from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, pmi_generate
 from pmi_decode.generation import paired_path_blocker, prompt_cache, _effective_config, _unpack
@@ -11,7 +11,7 @@ NEW = dict(max_new_tokens=8, min_new_tokens=4)
 
 
 def setup(kind):
-    tok, model = tiny_tokenizer(kind), tiny_model(kind)
+    tok, model = tiny_tokenizer(kind), tiny_model(kind, logit_scale=PEAKED[kind])
     docs, hists = [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES]
     return model, build_inputs(tok, docs, hists, model=model)
 

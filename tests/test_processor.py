@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 from reference import ReferencePMIDecode, unpadded
-from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
+from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, nucleus_mask, pmi_scores
 
@@ -20,7 +20,9 @@ NEW_TOKENS = 8
 
 
 def setup(kind, dtype=torch.float64):
-    tok, model = tiny_tokenizer(kind), tiny_model(kind, dtype=dtype)
+    """A peaked tiny model (see tiny_models.PEAKED): the nucleus must decide tokens here, or a
+    comparison with the reference would pass with the mask removed."""
+    tok, model = tiny_tokenizer(kind), tiny_model(kind, dtype=dtype, logit_scale=PEAKED[kind])
     docs, hists = [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES]
     return model, build_inputs(tok, docs, hists, model=model)
 
@@ -62,6 +64,17 @@ def test_equals_slow_reference(kind, mode):
     assert torch.equal(fast, slow)
     # the objective must actually change something, or the comparison proves nothing
     assert not torch.equal(fast, generate(model, inputs, [], mode))
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_alpha_zero_with_p_below_one_goes_through_the_nucleus(kind):
+    """alpha = 0, p < 1 is not the early return: the scores go through pmi_scores, and sampling
+    from the nucleus differs from sampling from the whole distribution."""
+    model, inputs = setup(kind)
+    fast = generate(model, inputs, [PMIDecode(0.0, 0.5, model=model, unconditional_inputs=inputs["unconditional"])], "sampling")
+    slow = generate(model, inputs, [reference(model, inputs, 0.0, 0.5)], "sampling")
+    assert torch.equal(fast, slow)
+    assert not torch.equal(fast, generate(model, inputs, [], "sampling"))
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "t5", "bloom"])
