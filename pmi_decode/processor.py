@@ -441,6 +441,7 @@ class PMIDecode(LogitsProcessor):
     Example (paired mode):
 
     ```python
+    >>> from pmi_decode import PMIDecode
     >>> pmi = PMIDecode(0.5, 0.9)
     >>> out = model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], num_beams=4)
     >>> answers = pmi.conditional(out)          # the conditional rows of generate's output
