@@ -495,7 +495,9 @@ class PMIDecode(LogitsProcessor):
             handle.remove()
         self._hooks = []
         self._watched = weakref.ref(model)
-        _hook_forward(model, "_on_model_forward", self)
+        # a peft model's generate runs the wrapped transformers model's forward, not its own
+        inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+        _hook_forward(inner, "_on_model_forward", self)
         if getattr(model.config, "is_encoder_decoder", False):
             _hook_forward(model.get_encoder(), "_on_encoder_forward", self)
 
@@ -648,6 +650,8 @@ class PMIDecode(LogitsProcessor):
 
     def _paired_call(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         start = self._verify_stacked(input_ids)
+        if getattr(self._watched(), "training", False):
+            raise ValueError("model is in training mode: call model.eval() so both halves see the same model")
         half = scores.shape[0] // 2
         if not torch.equal(input_ids[:half, start:], input_ids[half:, start:]):
             raise ValueError(

@@ -434,6 +434,25 @@ def test_training_mode_after_construction_is_refused_at_call_time():
         generate(model, inputs, [proc], "greedy")
 
 
+def test_paired_mode_refuses_training_mode_at_call_time():
+    model, inputs = setup("llama")
+    pmi = PMIDecode(0.5, 0.9)
+    batch = pmi.stack(inputs, model)
+    model.train()
+    with pytest.raises(ValueError, match="training mode"):
+        model.generate(**batch, logits_processor=[pmi], max_new_tokens=2)
+
+
+def test_a_peft_wrapped_model_is_watched_through_its_base_model():
+    peft = pytest.importorskip("peft")
+    model, inputs = setup("llama")
+    expected = generate(model, inputs, [_separate(model, inputs)], "beam")
+    config = peft.LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=True)  # B = 0: same outputs
+    wrapped = peft.get_peft_model(model, config).eval()
+    proc = PMIDecode(0.5, 0.9, model=wrapped, unconditional_inputs=inputs["unconditional"])
+    assert torch.equal(generate(wrapped, inputs, [proc], "beam"), expected)
+
+
 def test_a_token_banned_only_in_the_unconditional_row_never_wins():
     scores = torch.zeros(1, 6)
     lp_u = torch.log_softmax(torch.zeros(1, 6), -1)
