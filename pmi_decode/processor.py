@@ -478,10 +478,11 @@ class PMIDecode(LogitsProcessor):
         self._hooks: list = []
         self._branch: _UnconditionalBranch | None = None
         self._generation_cache = None  # weak reference to the KV cache of generate's current call
-        self._forwards: list = []  # (weak reference to the cache, its length) of each forward since the last step
-        self._encoder_ids = None  # input ids of the last encoder run outside the branch (encoder-decoder)
+        self._forwards: list = []  # (weak ref to the cache, its length, tokens run) per forward since the last step
+        self._encoder_runs: list = []  # input ids of the encoder runs outside the branch since the last step
         self._stacked: dict | None = None
         self._stacked_expanded: dict = {}
+        self._paired_length: int | None = None  # decoder length at the last paired step (encoder-decoder)
         if not self.paired:
             if getattr(model, "training", False):
                 raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
@@ -515,7 +516,9 @@ class PMIDecode(LogitsProcessor):
 
     def _on_encoder_forward(self, args, kwargs) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
-        self._encoder_ids = ids if torch.is_tensor(ids) else None
+        if torch.is_tensor(ids):
+            self._encoder_runs.append(ids)
+            del self._encoder_runs[:-8]
 
     def _starts_generation(self, input_ids: torch.LongTensor) -> bool:
         """Whether this step opens a new generate call; raises if no generate forward was seen."""
@@ -528,7 +531,6 @@ class PMIDecode(LogitsProcessor):
                 "model given to generate"
             )
         # generate's forward for this step is the one that ran exactly these sequences' last tokens
-        # (forwards of other generate calls and of other processors may sit in the list too)
         # (forwards of other generate calls and of other processors may sit in the list too); a
         # static cache is reused across calls, so an empty one opens a generation whatever its identity
         matching = [(ref, length) for ref, length, tokens in forwards if _ran(input_ids, length, tokens)]
@@ -543,7 +545,8 @@ class PMIDecode(LogitsProcessor):
         self._branch = None
         self._generation_cache = None
         self._forwards = []
-        self._encoder_ids = None
+        self._encoder_runs = []
+        self._paired_length = None
 
     # ---- separate mode ------------------------------------------------------------------------
 
@@ -572,9 +575,11 @@ class PMIDecode(LogitsProcessor):
         if getattr(self.model, "training", False):
             raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
         if self._starts_generation(input_ids) or self._branch is None:
-            prompts = None
-            if self._encoder_ids is not None:
-                prompts, self._encoder_ids = self._encoder_ids.shape[0], None
+            # generate ran its encoder once on its prompts since the last step (other encoder runs,
+            # e.g. a scoring call, may have happened too): one of them must match the unconditional rows
+            runs, self._encoder_runs = [ids.shape[0] for ids in self._encoder_runs], []
+            batch = self.unconditional_inputs["input_ids"].shape[0]
+            prompts = None if not runs or batch in runs else runs[-1]
             self._branch = _UnconditionalBranch(self.model, self.unconditional_inputs, input_ids, prompts)
             logits = self._branch.first_logits
         else:
@@ -587,6 +592,7 @@ class PMIDecode(LogitsProcessor):
                     "processor on unrelated sequences"
                 )
             logits = self._branch.step(input_ids, parents)
+        self._encoder_runs = []
         if bool(torch.isnan(logits).any()):
             rows = torch.isnan(logits).any(-1).nonzero().flatten().tolist()
             raise ValueError(
@@ -608,7 +614,8 @@ class PMIDecode(LogitsProcessor):
             self._watch(model)
         self._stacked = {"input_ids": batch["input_ids"].clone(), "enc_dec": bool(model.config.is_encoder_decoder)}
         self._stacked_expanded = {}
-        self._encoder_ids = None
+        self._encoder_runs = []
+        self._paired_length = None
         return batch
 
     @property
@@ -637,8 +644,14 @@ class PMIDecode(LogitsProcessor):
             )
         copies = rows // stacked.shape[0]
         if self._stacked["enc_dec"]:
-            seen = self._encoder_ids
-            if seen is None or seen.shape != stacked.shape or not torch.equal(seen.to(stacked.device), stacked):
+            # decoder sequences restart at each generate call: check the encoder batch that call ran
+            # (later encoder runs between steps, e.g. a scoring call, are not generate's)
+            last, self._paired_length = self._paired_length, input_ids.shape[1]
+            if last is not None and input_ids.shape[1] == last + 1:
+                self._encoder_runs = []
+                return 0
+            runs, self._encoder_runs = self._encoder_runs, []
+            if not any(ids.shape == stacked.shape and torch.equal(ids.to(stacked.device), stacked) for ids in runs):
                 raise ValueError(f"PMIDecode(alpha, p): generate's encoder inputs are not the stacked batch: {_STACK_FIX}")
             return 0
         if copies not in self._stacked_expanded:

@@ -376,6 +376,17 @@ def test_other_forwards_between_steps_are_not_a_new_generation(forward_kwargs):
     assert torch.equal(got, expected)
 
 
+@pytest.mark.parametrize("kind", ["bart", "llama"])
+def test_other_forwards_between_paired_steps_are_ignored(kind):
+    model, inputs = setup(kind)
+    runs = []
+    for extra in ([], [_scoring_processor(model, use_cache=False)]):
+        pmi = PMIDecode(0.5, 0.9)
+        out = model.generate(**pmi.stack(inputs, model), logits_processor=extra + [pmi], num_beams=2, max_new_tokens=5)
+        runs.append(pmi.conditional(out))
+    assert torch.equal(runs[0], runs[1])
+
+
 def test_a_cacheless_call_between_generations_does_not_break_the_instance():
     model, inputs = setup("llama")
     proc = _separate(model, inputs)
