@@ -316,7 +316,8 @@ def stack_inputs(model, inputs, pad_token_id: int | None = None) -> dict:
 
     def widen(part: dict) -> dict:
         if left and not bool(part["attention_mask"][:, -1].all()):
-            part = dict(zip(("input_ids", "attention_mask"), _left_padded(part["input_ids"], part["attention_mask"], pad_id)))
+            ids, mask = _left_padded(part["input_ids"], part["attention_mask"], pad_id)
+            part = {"input_ids": ids, "attention_mask": mask}
         extra = width - part["input_ids"].shape[1]
         if extra == 0:
             return part
@@ -652,7 +653,9 @@ class PMIDecode(LogitsProcessor):
                 return 0
             runs, self._encoder_runs = self._encoder_runs, []
             if not any(ids.shape == stacked.shape and torch.equal(ids.to(stacked.device), stacked) for ids in runs):
-                raise ValueError(f"PMIDecode(alpha, p): generate's encoder inputs are not the stacked batch: {_STACK_FIX}")
+                raise ValueError(
+                    f"PMIDecode(alpha, p): generate's encoder inputs are not the stacked batch: {_STACK_FIX}"
+                )
             return 0
         if copies not in self._stacked_expanded:
             self._stacked_expanded = {copies: stacked.to(input_ids.device).repeat_interleave(copies, dim=0)}
