@@ -527,3 +527,20 @@ def test_branch_cache_is_freed_without_garbage_collection():
         assert branch() is None
     finally:
         gc.enable()
+
+
+def test_nucleus_sorts_only_the_rows_that_need_it_and_finds_the_same_set():
+    """Peaked and flat rows in one batch: the flat rows' nucleus lies beyond the top 64, the
+    peaked rows' within it; the mask must equal a full sort of every row (and keep -inf out)."""
+    torch.manual_seed(2)
+    logits = torch.randn(8, 3000)
+    logits[::2] *= 20.0  # peaked rows
+    logits[1, :5] = -math.inf
+    lp = torch.log_softmax(logits, -1)
+    sorted_probs, order = lp.exp().sort(-1, descending=True)
+    cumulative = sorted_probs.cumsum(-1)
+    before = torch.cat([torch.zeros_like(cumulative[:, :1]), cumulative[:, :-1]], -1)
+    expected = torch.zeros_like(lp, dtype=torch.bool).scatter(-1, order, before < 0.9) & torch.isfinite(lp)
+    got = nucleus_mask(lp, 0.9)
+    assert torch.equal(got, expected)
+    assert (got[1::2].sum(-1) > 64).all() and (got[::2].sum(-1) <= 64).all()
