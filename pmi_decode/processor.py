@@ -535,10 +535,12 @@ class PMIDecode(LogitsProcessor):
         # (forwards of other generate calls and of other processors may sit in the list too); a
         # static cache is reused across calls, so an empty one opens a generation whatever its identity
         matching = [(ref, length) for ref, length, tokens in forwards if _ran(input_ids, length, tokens)]
+        # a model whose forwards cannot be matched to the tokens falls back on the cache's identity
+        candidates = matching or [(ref, length) for ref, length, _ in forwards]
         current = self._generation_cache() if self._generation_cache is not None else None
-        if current is not None and any(ref() is current and length > 0 for ref, length in matching):
+        if current is not None and any(ref() is current and length > 0 for ref, length in candidates):
             return False
-        self._generation_cache = (matching or [(ref, length) for ref, length, _ in forwards])[-1][0]
+        self._generation_cache = candidates[-1][0]
         return True
 
     def reset(self) -> None:
