@@ -317,7 +317,7 @@ def test_assisted_decoding_is_refused():
     one = {"conditional": {k: v[:1] for k, v in inputs["conditional"].items()},
            "unconditional": {k: v[:1] for k, v in inputs["unconditional"].items()}}
     assistant = tiny_model("llama", seed=1)
-    with pytest.raises(ValueError, match="assisted"):
+    with pytest.raises(ValueError, match="(?i)assisted"):
         model.generate(**one["conditional"], logits_processor=[_separate(model, one)], assistant_model=assistant,
                        max_new_tokens=NEW_TOKENS)
 
@@ -330,7 +330,7 @@ def test_prompt_lookup_is_exact_or_refused():
     try:
         got = generate(model, one, [_separate(model, one)], "greedy", prompt_lookup_num_tokens=2)
     except ValueError as err:
-        assert "assisted" in str(err)
+        assert "assisted" in str(err).lower()
     else:
         assert torch.equal(got, expected)
 
