@@ -200,7 +200,7 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
     settings.update(options)
     if model_name is not None:
         settings = {"model": str(model_name), **settings}
-    return settings
+    return json.loads(json.dumps(settings, default=str))  # as it will read back from the file (tuples -> lists)
 
 
 def check_output_path(path: str | os.PathLike, flag: str = "--output") -> Path:
