@@ -31,6 +31,7 @@ from pmi_decode.metrics.grammar import get_checker  # noqa: E402
 VARIANTS = {
     "quire": ("quire", {}),
     "quire_tagger_only": ("quire", {"tagger_only": True}),
+    "quire_no_layout": ("quire", {"disable": ("style", "space-before-punctuation", "missing-space-after-sentence")}),
     "harper": ("harper", {}),
     "harper_no_spelling_case": ("harper", {"ignore_kinds": ("Spelling", "Capitalization")}),
     "harper_grammar_kinds": ("harper", {"ignore_kinds": ("Spelling", "Capitalization", "Formatting", "Punctuation",

@@ -331,6 +331,7 @@ def decode_records(
     max_history_turns: int | None = None,
     chat_template: bool | None = None,
     progress=True,
+    extra_settings: dict | None = None,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
@@ -342,7 +343,9 @@ def decode_records(
     the prompt (default: the model's context minus ``max_new_tokens``); the document is cut
     first (see :func:`pmi_decode.encode_dialogue`). ``progress``: ``True`` shows a bar that moves
     with every decoding step, a callable gets ``(dialogues_done, total)`` as they move (a float:
-    a batch counts in fractions while it decodes), ``False`` shows nothing.
+    a batch counts in fractions while it decodes), ``False`` shows nothing. ``extra_settings``:
+    more content-changing options the caller applied (e.g. the model's dtype), saved with the
+    settings.
     """
     alpha, p = validate_alpha_p(alpha, p)
     for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
@@ -357,7 +360,7 @@ def decode_records(
     settings = decode_settings(
         alpha=alpha, p=p, num_beams=num_beams, do_sample=do_sample, max_new_tokens=max_new_tokens,
         seed=seed, model_name=model_name, compare=compare, batch_size=batch_size, max_length=user_max_length,
-        max_history_turns=max_history_turns, chat_template=chat_template, format=format,
+        max_history_turns=max_history_turns, chat_template=chat_template, format=format, **(extra_settings or {}),
     )
     encode_kw = dict(
         is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,

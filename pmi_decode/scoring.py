@@ -329,8 +329,7 @@ def describe_metrics() -> str:
     width = max(len(n) for n in names)
     lines = []
     for name in names:
-        doc = (METRICS[name].__doc__ or "").strip().splitlines()
-        text = " ".join(doc[0].split()) if doc else ""
+        text = " ".join((METRICS[name].__doc__ or "").strip().split("\n\n")[0].split())
         if name in AMBIGUOUS_METRICS:
             text = f"(library only; on the command line use {' or '.join(AMBIGUOUS_METRICS[name])})"
         lines.append(f"  {name.ljust(width)}  {text}")
@@ -347,7 +346,13 @@ def add_score_arguments(parser) -> None:
         "pmi_response, plain_response) and print the mean of each score per system. gold_* metrics compare a "
         "response with the human response (relevance); knowledge_* metrics compare it with the document."
     )
-    parser.epilog = "registered metrics:\n" + describe_metrics()
+    plain_help = parser.format_help
+
+    def format_help() -> str:  # metric modules are imported only when the help is shown
+        parser.epilog = "registered metrics:\n" + describe_metrics()
+        return plain_help()
+
+    parser.format_help = format_help
     parser.add_argument("--input", required=True, help="JSONL written by `pmi-decode generate`")
     parser.add_argument("--output", help="where to write the scored JSONL (default: <input>.scored.jsonl)")
     parser.add_argument(

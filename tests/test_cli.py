@@ -67,7 +67,8 @@ def test_generate_writes_one_complete_record_per_dialogue(tmp_path, llama_dir):
         assert isinstance(row["pmi_response"], str) and isinstance(row["plain_response"], str)
         assert row["settings"] == {"model": llama_dir, "alpha": 0.5, "p": 0.9, "num_beams": 2, "do_sample": False,
                                    "max_new_tokens": 6, "seed": 0, "compare": True, "batch_size": 2,
-                                   "max_input_length": None, "max_history_turns": None, "chat_template": None}
+                                   "max_input_length": None, "max_history_turns": None, "chat_template": None,
+                                   "dtype": None}
 
 
 def test_without_compare_there_is_no_plain_response(tmp_path, llama_dir):
@@ -266,7 +267,7 @@ def test_truncation_is_reported_once_per_file_not_once_per_batch(caplog):
 
 
 @pytest.mark.parametrize("extra", [["--compare"], ["--max-history-turns", "1"], ["--max-input-length", "64"],
-                                   ["--chat-template", "off"], ["--batch-size", "3"]])
+                                   ["--chat-template", "off"], ["--batch-size", "3"], ["--dtype", "bfloat16"]])
 def test_resume_refuses_any_option_that_changes_the_records(tmp_path, llama_dir, capsys, extra):
     out = tmp_path / "out.jsonl"
     assert _gen(llama_dir, _write_input(tmp_path / "one.jsonl", _records(1)), str(out), "--num-beams", "1") == 0

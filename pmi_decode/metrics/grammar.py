@@ -304,9 +304,11 @@ def _cached_checker(backend: str, options: dict) -> GrammarChecker:
 
 def grammar_metric(documents, histories, responses, *, grammar_checker: GrammarChecker | None = None,
                    grammar_backend: str = DEFAULT_BACKEND, grammar_options: dict | None = None, **_) -> list[dict]:
-    """Scoring-registry entry (``pmi-decode score --metrics grammar``): per response
-    ``{"grammar_errors": n, "ungrammatical": 0 or 1}``; the mean of ``ungrammatical`` over a
-    file is its grammar-error rate. Other scoring options are ignored."""
+    """Corrections the grammar checker proposes (grammar_errors) and whether there is any
+    (ungrammatical, 0/1; its mean is the grammar-error rate); quire's GECToR-style tagger by default.
+
+    The scoring-registry entry (``pmi-decode score --metrics grammar``); other scoring options
+    are ignored."""
     checker = grammar_checker or _cached_checker(grammar_backend, dict(grammar_options or {}))
     flags_counts = list(checker.count_errors(_check_texts(responses)))
     if len(flags_counts) != len(responses):
