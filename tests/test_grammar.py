@@ -143,3 +143,9 @@ def test_the_default_backend_is_the_one_the_comparison_picked():
     assert grammar.DEFAULT_BACKEND in grammar.BACKENDS
     rows = grammar_metric(["d"], [["h"]], ["They was happy."])
     assert rows == [{"grammar_errors": 1, "ungrammatical": 1}]
+
+
+def test_quire_leaves_spacing_to_the_tokeniser(quire_checker):
+    tokenised = "Can you recommend any movies to watch ?"
+    assert quire_checker.count_errors([tokenised]) == [0]
+    assert get_checker("quire", disable=("style",)).count_errors([tokenised]) == [1]  # the rule exists and fires

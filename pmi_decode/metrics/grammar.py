@@ -10,8 +10,8 @@ Backends, behind the small :class:`GrammarChecker` protocol:
 * :class:`QuireChecker` (default): quire-grammar's GECToR-style edit tagger (distilbert, int8
   ONNX) with its narrow rules, offline (``pip install "quire-grammar[model]==0.3.4"``). Chosen
   over Harper by the comparison in ``docs/metrics.md``: no false flags on hand-made grammatical
-  sentences, and it flags 11% of Topical-Chat human responses (Harper: 56%, mostly spelling of
-  names, spacing and capitalisation).
+  sentences, and it flags 10% of Topical-Chat human responses, mostly real slips (Harper: 56%,
+  mostly spelling of names, spacing and capitalisation).
 * :class:`HarperChecker`: Harper, an offline rule-based English checker (``pip install
   harper-py``); no Java, no server, a few milliseconds per response; catches more real errors
   but flags most casual human text.
@@ -169,6 +169,10 @@ class LanguageToolChecker:
         self.close()
 
 
+#: quire rules the default checker leaves off (see :class:`QuireChecker`).
+QUIRE_OFF = ("style", "space-before-punctuation", "missing-space-after-sentence")
+
+
 class QuireChecker:
     """quire-grammar: a GECToR-style edit tagger (distilbert, int8 ONNX; ``quire-grammar[model]``)
     behind a layer of narrow, high-precision rules, offline.
@@ -176,13 +180,16 @@ class QuireChecker:
     GECToR tags each word with an edit (keep, replace, append, delete, ...); a response is
     ungrammatical when some word gets an edit other than keep, which is how the PMI-Decode paper
     counted errors. ``tagger_only=True`` keeps the tagger's edits alone (the rules off); by default
-    the rules add what the tagger misses, except the ``style`` category (passive voice, weak
-    intensifiers: not grammar). As with the other backends, only flags with a suggested fix count.
+    the rules add what the tagger misses, except those in :data:`QUIRE_OFF`: the ``style``
+    category (passive voice, long sentences: not grammar) and the two spacing rules (a space
+    before "?" or after "." reflects how a data set was tokenised, not the writer's grammar;
+    GECToR reads tokenised text and never sees it). ``disable`` takes rule ids or categories.
+    As with the other backends, only flags with a suggested fix count.
     """
 
     name = "quire"
 
-    def __init__(self, *, tagger_only: bool = False, disable: Iterable[str] = ("style",),
+    def __init__(self, *, tagger_only: bool = False, disable: Iterable[str] | None = None,
                  min_confidence: float = 0.0):
         try:
             import quire_grammar
@@ -199,7 +206,8 @@ class QuireChecker:
             )
         self._check = quire_grammar.check
         self.tagger_only = bool(tagger_only)
-        self.disable = tuple(quire_grammar.CATEGORIES) if self.tagger_only else tuple(disable)
+        self.disable = tuple(quire_grammar.CATEGORIES) if self.tagger_only else tuple(
+            QUIRE_OFF if disable is None else disable)
         self.min_confidence = float(min_confidence)
 
     def corrections(self, text: str) -> list[dict]:
