@@ -397,6 +397,12 @@ def run_score(args) -> Path:
 
     check_output_path(output, "--output")
     records = read_jsonl(args.input)
+    if "pmi_faith" in metrics:
+        generators = {str((r.get("settings") or {}).get("model")) for r in records if isinstance(r.get("settings"), dict)}
+        if str(args.scorer_model) in generators:
+            print(f"note: the PMI-Faith scorer ({args.scorer_model}) is the model that generated these responses; a "
+                  "model scoring its own output flatters it. Pass --scorer-model with another model "
+                  "(e.g. embedded-gemma) to compare systems.")
     options = dict(
         scorer_model=args.scorer_model,
         batch_size=args.batch_size,

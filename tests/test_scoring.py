@@ -146,3 +146,18 @@ def test_read_jsonl_reports_the_line(tmp_path):
     missing.write_text(json.dumps({"id": 1, "history": ["h"], "response": "r"}) + "\n")
     with pytest.raises(ValueError, match="m.jsonl, line 1: field 'document'"):
         scoring.read_jsonl(missing)
+
+
+def test_scoring_with_the_generator_itself_says_so(tmp_path, capsys):
+    model_dir = tmp_path / "tiny"
+    from tiny_models import tiny_model as make, tiny_tokenizer as make_tok
+
+    make("gpt2").save_pretrained(model_dir)
+    make_tok("gpt2").save_pretrained(model_dir)
+    source = tmp_path / "out.jsonl"
+    source.write_text(json.dumps(dict(RECORDS[1], settings={"model": str(model_dir)})) + "\n")
+    parser = argparse.ArgumentParser()
+    scoring.add_score_arguments(parser)
+    scoring.run_score(parser.parse_args(["--input", str(source), "--metrics", "pmi_faith",
+                                         "--scorer-model", str(model_dir)]))
+    assert "is the model that generated these responses" in capsys.readouterr().out
