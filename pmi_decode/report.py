@@ -381,6 +381,7 @@ def score_files(paths: Sequence, *, scorer_model="embedded-gemma", scorer_option
     summaries, bounds = summarise(sets, statistic=statistic, fixed_bounds=fixed_bounds)
     name = scorer_model if isinstance(scorer_model, str) else type(getattr(scorer, "model", scorer)).__name__
     markdown = table4_markdown(summaries, bounds, scorer=None if scorer is None else name)
+    markdown += "\n" + reader_markdown(summaries)
     return {"sets": sets, "summaries": summaries, "bounds": bounds, "markdown": markdown}
 
 
