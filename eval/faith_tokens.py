@@ -74,6 +74,7 @@ def main(argv=None) -> None:
     parser.add_argument("--cache", help="JSONL to append to")
     parser.add_argument("--limit", type=int, help="score at most this many rows of the seeded order")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--first-source", help="score the rows of this data_source (wow, cmu, tc) first")
     parser.add_argument("--chunk-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -93,8 +94,11 @@ def main(argv=None) -> None:
     for i, row in enumerate(rows):
         groups.setdefault(row.knowledge, []).append(i)
     group_list = list(groups.values())
-    order = np.array([i for g in np.random.default_rng(args.seed).permutation(len(group_list))
-                      for i in group_list[g]], dtype=int)
+    permuted = [group_list[g] for g in np.random.default_rng(args.seed).permutation(len(group_list))]
+    if args.first_source:
+        # e.g. WoW first: its one-sentence documents are cheap, and a time-limited run then covers it fully.
+        permuted.sort(key=lambda g: rows[g[0]].data_source != args.first_source)  # stable: keeps the seeded order
+    order = np.array([i for g in permuted for i in g], dtype=int)
     if args.limit is not None:
         order = order[: args.limit]
     cache_path = Path(args.cache or f".cache/faith/{args.dataset}-{args.scorer_model.replace('/', '_')}.jsonl")
@@ -117,7 +121,8 @@ def main(argv=None) -> None:
         for index, (key, row) in enumerate(todo):
             current.append((key, row))
             last = index + 1 == len(todo)
-            if last or (len(current) >= args.chunk_size and todo[index + 1][1].knowledge != row.knowledge):
+            if last or len(current) >= 2 * args.chunk_size or (
+                    len(current) >= args.chunk_size and todo[index + 1][1].knowledge != row.knowledge):
                 chunks.append(current)
                 current = []
         done = 0

@@ -15,7 +15,7 @@ The FaithScore (standardised L2 logistic regression on ``FEATURE_SET``, ``C`` fi
 tuned) is evaluated the same way with fitted coefficients: fit on BEGIN -> test on the audit,
 fit on the audit -> test on BEGIN, and 5-fold cross-fitting within each set. With
 ``--write-coefficients`` the model refitted on the union of both dev sets is written to
-``pmi_decode/metrics/faith_score/<scorer>.json``: the shipped coefficients.
+``pmi_decode/metrics/faith_score_coefficients/<scorer>.json``: the shipped coefficients.
 
 Also writes one JSONL per data set, ``<output-dir>/rows_<dataset>_<scorer>.jsonl``: one row per
 scored response with its key, label(s), source, system, and every metric value (the FaithScore
@@ -108,7 +108,7 @@ def fit(rows, feature_set, c: float = C) -> dict:
     """Standardised L2 logistic regression; returns the coefficient spec of ``FaithModel``."""
     from sklearn.linear_model import LogisticRegression
 
-    x, y = matrix(rows, feature_set), np.array([r["label"] for r in rows])
+    x, y = matrix(rows, feature_set), np.array([r["fit_label"] for r in rows])
     mean, std = x.mean(0), x.std(0)
     std[std == 0] = 1.0
     model = LogisticRegression(C=c, max_iter=2000).fit((x - mean) / std, y)
@@ -123,7 +123,7 @@ def predict(spec, rows) -> np.ndarray:
 
 
 def strata(rows) -> list[str]:
-    return [f"{r['source']}|{r['system'] if r['dataset'] == 'audit' else ''}|{r['label']}" for r in rows]
+    return [f"{r['system']}|{r['label']}" if r["dataset"] == "audit" else f"{r['source']}|{r['label']}" for r in rows]
 
 
 def evaluate(values, labels, sources, other_values, other_labels, folds) -> dict:
@@ -139,16 +139,25 @@ def evaluate(values, labels, sources, other_values, other_labels, folds) -> dict
     return result
 
 
-def bootstrap_auroc_ci(values, labels, seed=0, n=1000) -> list[float]:
-    from sklearn.metrics import roc_auc_score
+def _auroc(values: np.ndarray, labels: np.ndarray) -> float:
+    """AUROC from ranks (Mann-Whitney U), ties averaged: fast enough to bootstrap."""
+    from scipy.stats import rankdata
 
+    ranks = rankdata(values)
+    positives = labels.sum()
+    negatives = len(labels) - positives
+    return float((ranks[labels == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def bootstrap_auroc_ci(values, labels, seed=0, n=500) -> list[float]:
+    """95% percentile interval of AUROC over ``n`` resamples of the rows (seeded)."""
     rng = np.random.default_rng(seed)
-    values, labels = np.asarray(values), np.asarray(labels)
+    values, labels = np.asarray(values, dtype=float), np.asarray(labels, dtype=int)
     stats = []
     for _ in range(n):
         idx = rng.integers(0, len(values), len(values))
         if labels[idx].min() != labels[idx].max():
-            stats.append(roc_auc_score(labels[idx], values[idx]))
+            stats.append(_auroc(values[idx], labels[idx]))
     return [float(np.percentile(stats, 2.5)), float(np.percentile(stats, 97.5))]
 
 
@@ -170,6 +179,7 @@ def markdown(report: dict) -> str:
               "the set (CV; the F1 columns then threshold the out-of-fold probabilities).", ""]
     lines += ["| Data-audit AUROC, lenient mapping | value |", "|---|---|"]
     lines += [f"| {name} | {v:.3f} |" for name, v in report["audit_lenient_auroc"].items()]
+    lines += ["", f"FaithScore fitted with the audit's {report['audit_fit_labels']} labels."]
     lines += ["", "| Data-audit AUROC per system | " + " | ".join(report["audit_by_system_systems"]) + " |",
               "|---" * (1 + len(report["audit_by_system_systems"])) + "|"]
     for name, by in report["audit_by_system"].items():
@@ -185,14 +195,23 @@ def main(argv=None) -> dict:
     parser.add_argument("--audit-dir", default=str(ROOT.parent / "shared" / "data" / "faithdial_data_audit"))
     parser.add_argument("--cache-dir", default=".cache/faith")
     parser.add_argument("--output-dir", default="docs/results/faith")
+    parser.add_argument("--audit-fit-labels", choices=["strict", "lenient"], default="strict",
+                        help="labels of the data-audit rows the FaithScore is fitted on (evaluation always "
+                             "reports the strict mapping, and the lenient one beside it)")
     parser.add_argument("--write-coefficients", action="store_true",
                         help="write the union-fitted coefficients into the package")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     nlp = load_nlp()
+    logger.info("spaCy loaded")
     scorer = args.scorer_model.replace("/", "_")
     dirs = {"begin": Path(args.begin_dir), "audit": Path(args.audit_dir)}
     rows = {d: build_rows(d, dirs[d], Path(args.cache_dir) / f"{d}-{scorer}.jsonl", nlp) for d in DATASETS}
+    logger.info("features: %s", {d: len(rows[d]) for d in DATASETS})
+    for row in rows["begin"]:
+        row["fit_label"] = row["label"]
+    for row in rows["audit"]:
+        row["fit_label"] = row["label_lenient"] if args.audit_fit_labels == "lenient" else row["label"]
     for d in DATASETS:
         if len(rows[d]) < 50:
             raise SystemExit(f"only {len(rows[d])} cached {d} rows for {scorer}; run eval/faith_tokens.py first")
@@ -212,6 +231,7 @@ def main(argv=None) -> dict:
             row["faith_score_cross"], row["faith_score"] = float(t), float(o)
 
     report = {"scorer_model": args.scorer_model, "feature_set": list(FEATURE_SET), "C": C, "folds": FOLDS,
+              "audit_fit_labels": args.audit_fit_labels,
               "datasets": {}, "metrics": {}, "faith_score_fits": specs}
     for d in DATASETS:
         labels = np.array([r["label"] for r in rows[d]])
@@ -260,7 +280,8 @@ def main(argv=None) -> dict:
     report["audit_by_system"] = {}
     systems = sorted({r["system"] for r in audit})
     report["audit_by_system_systems"] = systems
-    for name, column in REPORTED.items():
+    reported = {**REPORTED, "FaithScore (transfer)": "faith_score_cross"}
+    for name, column in reported.items():
         values = np.array([r[column] for r in audit], dtype=float)
         report["audit_lenient_auroc"][name] = float(roc_auc_score(lenient, values))
         by = {}
@@ -273,8 +294,9 @@ def main(argv=None) -> dict:
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    suffix = "" if args.audit_fit_labels == "strict" else "_fit_lenient"
     for d in DATASETS:
-        with (out / f"rows_{d}_{scorer}.jsonl").open("w", encoding="utf-8") as handle:
+        with (out / f"rows_{d}_{scorer}{suffix}.jsonl").open("w", encoding="utf-8") as handle:
             for row in rows[d]:
                 handle.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
                                          for k, v in row.items()}) + "\n")
@@ -282,13 +304,15 @@ def main(argv=None) -> dict:
         union = fit(rows["begin"] + rows["audit"], FEATURE_SET)
         union.update(scorer_model=args.scorer_model, fitted_on={d: report["datasets"][d] for d in DATASETS},
                      fitted_by=f"eval/fit_faith_score.py --scorer-model {args.scorer_model} --write-coefficients",
-                     labels="BEGIN: Fully attributable = 1; data audit: entailment alone = 1 (strict mapping)")
-        target = ROOT / "pmi_decode" / "metrics" / "faith_score" / f"{scorer}.json"
+                     labels="BEGIN: Fully attributable = 1; data audit: " + (
+                         "entailment alone = 1 (strict mapping)" if args.audit_fit_labels == "strict"
+                         else "entailment without hallucination = 1 (lenient mapping)"))
+        target = ROOT / "pmi_decode" / "metrics" / "faith_score_coefficients" / f"{scorer}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(union, indent=2) + "\n")
         report["shipped_coefficients"] = str(target.relative_to(ROOT))
-    (out / f"faith_results_{scorer}.json").write_text(json.dumps(report, indent=2))
-    (out / f"faith_results_{scorer}.md").write_text(markdown(report))
+    (out / f"faith_results_{scorer}{suffix}.json").write_text(json.dumps(report, indent=2))
+    (out / f"faith_results_{scorer}{suffix}.md").write_text(markdown(report))
     print(markdown(report))
     return report
 

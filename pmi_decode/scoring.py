@@ -77,7 +77,7 @@ def pmi_faith_scorer(scorer_model="embedded", **options):
     from .metrics.pmi_faith import PMIFaith
 
     keys = ("chat_template", "max_length", "max_history_turns", "batch_size", "include_eos", "compute", "device",
-            "dtype", "format")
+            "dtype", "format", "allow_empty_history")
     kwargs = {k: options[k] for k in keys if options.get(k) is not None}
     if "compute" in kwargs:
         kwargs["compute"] = tuple(kwargs["compute"])

@@ -4,7 +4,7 @@ A standardised logistic regression with a handful of features, each readable on 
 PMI-Faith's token means and word-level aggregations (:mod:`.token_aggregation`), how many of the
 response's content words the document contains, unigram F1 and the response length. Its
 coefficients, with the feature means and standard deviations, are JSON files inside the package
-(``pmi_decode/metrics/faith_score/<scorer>.json``), fitted by ``eval/fit_faith_score.py`` on
+(``pmi_decode/metrics/faith_score_coefficients/<scorer>.json``), fitted by ``eval/fit_faith_score.py`` on
 the development sets named in the file (BEGIN dev and the FaithDial data audit); the fit is
 reproducible from that script. The output is the probability that people would judge the
 response faithful (entailed by the document).
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Sequence
@@ -46,22 +48,37 @@ def _mean_without_eos(values: Sequence[float], tokens: Sequence[str], eos: str |
     return sum(values) / len(values)
 
 
+@lru_cache(maxsize=1)
+def _stemmer():
+    from nltk.stem.porter import PorterStemmer  # nltk comes with rouge-score
+
+    return PorterStemmer()
+
+
+@lru_cache(maxsize=200_000)
+def _stem(word: str) -> str:
+    return _stemmer().stem(word.lower())
+
+
+@lru_cache(maxsize=4096)
+def _stems(text: str) -> frozenset:
+    """Porter stems of the words of a text (cheap: no tagging, cached per document)."""
+    return frozenset(_stem(w) for w in re.findall(r"\w+", text.lower()))
+
+
 def lexical_features(document: str, history: Sequence[str], response: str, nlp) -> dict:
     """Overlap features: share of the response's content words found in the document
     (``content_in_document``), the number found in neither the document nor the history
-    (``unsupported_content``), unigram F1 against the document and log of the word count."""
+    (``unsupported_content``), unigram F1 against the document and log of the word count.
+    Words match by Porter stem, so "recorded" matches "records"."""
     from .token_aggregation import words_of
 
     words = words_of(response, nlp)
     content = [w for w in words if w.content] or words
-
-    def vocabulary(text):
-        return {w.lemma for w in words_of(text, nlp)} | set(normalize_answer(text).split())
-
-    in_document = vocabulary(document)
-    in_source = in_document | vocabulary(" ".join(history)) if history else in_document
-    found = [w.lemma in in_document or w.text.lower() in in_document for w in content]
-    supported = [w.lemma in in_source or w.text.lower() in in_source for w in content]
+    in_document = _stems(document)
+    in_source = in_document.union(*(_stems(turn) for turn in history))
+    found = [_stem(w.text) in in_document for w in content]
+    supported = [_stem(w.text) in in_source for w in content]
     return {
         "content_in_document": sum(found) / len(found) if found else 0.0,
         "unsupported_content": float(len(supported) - sum(supported)),
@@ -108,9 +125,9 @@ class FaithModel:
             return cls(source)
         path = Path(source)
         if not path.suffix:
-            packaged = resources.files("pmi_decode.metrics") / "faith_score" / f"{source}.json"
+            packaged = resources.files("pmi_decode.metrics") / "faith_score_coefficients" / f"{source}.json"
             if not packaged.is_file():
-                available = sorted(p.name[:-5] for p in (resources.files("pmi_decode.metrics") / "faith_score").iterdir()
+                available = sorted(p.name[:-5] for p in (resources.files("pmi_decode.metrics") / "faith_score_coefficients").iterdir()
                                    if p.name.endswith(".json"))
                 raise FileNotFoundError(
                     f"no packaged FaithScore coefficients for scorer {source!r}; available: {available}. "

@@ -65,8 +65,9 @@ def load_nlp(name: str = "en_core_web_sm"):
     return spacy.blank("en")
 
 
-def words_of(text: str, nlp) -> list[Word]:
-    """The alphanumeric words of ``text`` with lemmas and a content-word flag."""
+@lru_cache(maxsize=8192)
+def words_of(text: str, nlp) -> tuple[Word, ...]:
+    """The alphanumeric words of ``text`` with lemmas and a content-word flag (cached per text)."""
     doc = nlp(text)
     tagged = any(t.pos_ for t in doc)
     words = []
@@ -76,7 +77,7 @@ def words_of(text: str, nlp) -> list[Word]:
         content = (t.pos_ in CONTENT_POS if tagged else True) and not t.is_stop
         lemma = (t.lemma_ or t.text).lower()
         words.append(Word(t.idx, t.idx + len(t.text), t.text, lemma, content))
-    return words
+    return tuple(words)
 
 
 def align_tokens(tokens: Sequence[str], text: str) -> list[tuple[int, int] | None]:
