@@ -85,3 +85,20 @@ def test_packaged_coefficients_are_valid_when_present():
         assert all(s > 0 for s in model.spec["std"])
         assert model.spec["fitted_on"]["begin"]["num_rows"] > 0 and model.spec["fitted_on"]["audit"]["num_rows"] > 0
         assert model.spec["features"] and set(model.spec["features"]) <= set(FEATURES)
+
+
+@pytest.mark.slow
+def test_embedded_faith_score_drops_for_one_wrong_fact():
+    """End to end with the packaged SmolLM2 coefficients: one wrong year or label lowers the score."""
+    from pmi_decode.metrics import FaithScore
+
+    faith = FaithScore("embedded")
+    doc = "Miles Davis recorded Kind of Blue in 1959 for Columbia Records."
+    responses = ["Yes, Miles Davis recorded it in 1959 for Columbia.",
+                 "Yes, Miles Davis recorded it in 1972 for Columbia.",
+                 "Yes, Miles Davis recorded it in 1959 for Motown."]
+    good, wrong_year, wrong_label = faith.score([doc] * 3, [HISTORY] * 3, responses)
+    for bad in (wrong_year, wrong_label):
+        assert bad["faith_score"] < good["faith_score"]
+        assert bad["cpmi_low3"] < good["cpmi_low3"] and bad["unsupported_content"] > good["unsupported_content"]
+    assert 0.0 < wrong_year["faith_score"] < 1.0
