@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
-from .overlap import normalize_answer, unigram_f1
+from .overlap import unigram_f1
 
 #: Every feature :func:`features` can compute (a coefficient file uses a subset).
 FEATURES = (
