@@ -17,7 +17,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Collection, Iterable, Iterator, Sequence
 
 import torch
 
@@ -244,6 +244,8 @@ def decode_records(
     max_history_turns: int | None = None,
     chat_template: bool | None = None,
     progress: bool = True,
+    skip_ids: Collection | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
@@ -254,6 +256,12 @@ def decode_records(
     reproducible: each batch is seeded from the seed and the batch's ids. ``max_length`` bounds
     the prompt (default: the model's context minus ``max_new_tokens``); the document is cut
     first (see :func:`pmi_decode.encode_dialogue`).
+
+    ``skip_ids`` and ``shard=(index, count)`` let a rerun or one of several processes decode
+    part of ``records`` while every record keeps the batch (and seed) it gets when all of
+    ``records`` are decoded in one go: batches are formed over all records, ``shard`` keeps
+    batches ``index, index + count, ...``, a batch whose records are all in ``skip_ids`` is not
+    run, and records in ``skip_ids`` are not yielded (see :mod:`pmi_decode.distributed`).
     """
     alpha, p = validate_alpha_p(alpha, p)
     for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
@@ -282,14 +290,22 @@ def decode_records(
     )
     if do_sample:
         generate_kwargs["top_p"] = 1.0  # PMIDecode already keeps only the top-p nucleus
+    batches = _batches(records, lengths, batch_size)
+    if shard is not None:
+        from .distributed import shard_units
+
+        batches = shard_units(batches, *shard)
+    skip = {str(i) for i in skip_ids} if skip_ids else set()
+    if skip:
+        batches = [b for b in batches if any(str(records[i]["id"]) not in skip for i in b)]
     bar = None
     num_truncated = 0
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(records), desc="decoding", unit="dialogue")
+        bar = tqdm(total=sum(len(b) for b in batches), desc="decoding", unit="dialogue")
     try:
-        for batch in _batches(records, lengths, batch_size):
+        for batch in batches:
             recs = [records[i] for i in batch]
             inputs = build_inputs(
                 tokenizer, [r["document"] for r in recs], [r["history"] for r in recs], model=model,
@@ -312,6 +328,8 @@ def decode_records(
                     plain = model.generate(**inputs["conditional"], **plain_kwargs)
                     plain_texts = _texts(tokenizer, plain, prompt_len, enc_dec)
             for row, rec in enumerate(recs):
+                if str(rec["id"]) in skip:
+                    continue
                 out = dict(rec)
                 out["pmi_response"] = pmi_texts[row]
                 if plain_texts is not None:
