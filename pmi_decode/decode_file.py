@@ -220,6 +220,23 @@ def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs):
     return model.generate(**inputs["conditional"], logits_processor=[processor], **generate_kwargs)
 
 
+def _plain_sequences(model, inputs, generate_kwargs):
+    """Plain decoding with each decoder-only prompt run once per dialogue, not once per beam, as
+    PMI-Decode does, so the two cost what their decoding differs in (same tokens either way)."""
+    cond = inputs["conditional"]
+    kwargs = dict(generate_kwargs)
+    try:
+        from .generation import prompt_cache
+    except ImportError:
+        prompt_cache = None
+    if prompt_cache is not None:
+        expand = max(int(kwargs.get("num_beams") or 1), int(kwargs.get("num_return_sequences") or 1))
+        cache = prompt_cache(model, cond, expand)
+        if cache is not None:
+            kwargs["past_key_values"] = cache
+    return model.generate(**cond, **kwargs)
+
+
 def _texts(tokenizer, sequences: torch.Tensor, prompt_len: int, enc_dec: bool) -> list[str]:
     new = sequences if enc_dec else sequences[:, prompt_len:]
     return [t.strip() for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
@@ -325,7 +342,7 @@ def decode_records(
                     if batch_seed is not None:
                         torch.manual_seed(batch_seed)
                     plain_kwargs = dict(generate_kwargs, top_p=p) if do_sample else generate_kwargs
-                    plain = model.generate(**inputs["conditional"], **plain_kwargs)
+                    plain = _plain_sequences(model, inputs, plain_kwargs)
                     plain_texts = _texts(tokenizer, plain, prompt_len, enc_dec)
             for row, rec in enumerate(recs):
                 if str(rec["id"]) in skip:
