@@ -199,24 +199,17 @@ def _run_generate(args) -> int:
 def _run_generate_sharded(args, records, settings, processes) -> int:
     """``generate`` under ``accelerate launch``: each process decodes its share of the batches
     into a shard file; the main process merges them into ``--output`` in input order."""
-    from .decode_file import decode_records
-    from .distributed import run_sharded
+    from .distributed import decode_sharded
 
-    def compute(index, count, done):
-        if all(str(r["id"]) in done for r in records):
-            return
-        if args.device is None and processes.device is not None:
-            args.device = processes.device  # one accelerator per process
-        model, tokenizer = _load(args)
-        yield from decode_records(
-            records, model, tokenizer, alpha=args.alpha, p=args.p, num_beams=args.num_beams,
-            do_sample=args.do_sample, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed,
-            compare=args.compare, model_name=args.model, max_length=args.max_input_length,
-            max_history_turns=args.max_history_turns, chat_template=_chat_flag(args.chat_template),
-            progress=not args.quiet and processes.is_main, skip_ids=done, shard=(index, count),
-        )
-
-    result = run_sharded([r["id"] for r in records], args.output, compute, settings=settings, processes=processes)
+    if args.device is None:
+        args.device = processes.device  # one accelerator per process (None on CPUs: the default)
+    result = decode_sharded(
+        records, args.output, lambda: _load(args), settings=settings, processes=processes, progress=not args.quiet,
+        alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed, compare=args.compare,
+        model_name=args.model, max_length=args.max_input_length, max_history_turns=args.max_history_turns,
+        chat_template=_chat_flag(args.chat_template),
+    )
     if processes.is_main:
         print(f"wrote {result['merged']} dialogues to {args.output} from {processes.count} processes", file=sys.stderr)
     return 0

@@ -36,6 +36,7 @@ __all__ = [
     "ShardError",
     "process_group",
     "read_shard_records",
+    "decode_sharded",
     "run_sharded",
     "shard_dir",
     "shard_path",
@@ -105,14 +106,15 @@ def shard_units(units: Sequence, index: int, count: int) -> list:
     return list(units[index::count])
 
 
-def shard_dir(output: str | os.PathLike) -> Path:
-    """The folder beside ``output`` holding the per-process shard files of an unfinished run."""
+def shard_dir(output: str | os.PathLike, tag: str | None = None) -> Path:
+    """The folder beside ``output`` holding the per-process shard files of an unfinished run
+    (``tag`` keeps runs with different options apart)."""
     output = Path(output)
-    return output.parent / f"{output.name}.shards"
+    return output.parent / f"{output.name}{'.' + tag if tag else ''}.shards"
 
 
-def shard_path(output: str | os.PathLike, index: int, count: int) -> Path:
-    return shard_dir(output) / f"part-{index:05d}-of-{count:05d}.jsonl"
+def shard_path(output: str | os.PathLike, index: int, count: int, tag: str | None = None) -> Path:
+    return shard_dir(output, tag) / f"part-{index:05d}-of-{count:05d}.jsonl"
 
 
 def read_shard_records(path: str | os.PathLike, settings: dict | None = None) -> list[dict]:
@@ -167,18 +169,18 @@ def _repair_tail(path: Path) -> None:
             handle.truncate(cut)
 
 
-def _finished(output: Path, settings: dict | None) -> dict[str, dict]:
+def _finished(output: Path, settings: dict | None, tag: str | None, use_output: bool) -> dict[str, dict]:
     """Every record already written, by id: the output first, then all shard files (any count)."""
     done: dict[str, dict] = {}
-    files = [output] + sorted(shard_dir(output).glob("part-*.jsonl"))
+    files = ([output] if use_output else []) + sorted(shard_dir(output, tag).glob("part-*.jsonl"))
     for path in files:
         for rec in read_shard_records(path, settings):
             done.setdefault(str(rec["id"]), rec)
     return done
 
 
-def _merge(output: Path, ids: Sequence[str], settings: dict | None) -> int:
-    done = _finished(output, settings)
+def _merge(output: Path, ids: Sequence[str], settings: dict | None, tag: str | None, use_output: bool) -> int:
+    done = _finished(output, settings, tag, use_output)
     missing = [i for i in ids if i not in done]
     if missing:
         raise ShardError(
@@ -194,10 +196,10 @@ def _merge(output: Path, ids: Sequence[str], settings: dict | None) -> int:
         for rec in extra:
             handle.write(json.dumps(rec, ensure_ascii=False) + "\n")
     os.replace(tmp, output)
-    for path in shard_dir(output).glob("part-*.jsonl"):
+    for path in shard_dir(output, tag).glob("part-*.jsonl"):
         path.unlink()
     try:
-        shard_dir(output).rmdir()
+        shard_dir(output, tag).rmdir()
     except OSError:
         pass
     return len(ids)
@@ -210,6 +212,8 @@ def run_sharded(
     *,
     settings: dict | None = None,
     processes: Processes | None = None,
+    tag: str | None = None,
+    resume_from_output: bool = True,
 ) -> dict:
     """Run ``compute`` on every process, collect its records in shard files, merge on the main one.
 
@@ -222,6 +226,9 @@ def run_sharded(
             written are dropped here, so a recomputed unit never duplicates one.
         settings: compared with the ``settings`` of records already written.
         processes: from :func:`process_group` (default).
+        tag: names the shard folder, for runs whose records carry no ``settings`` to compare.
+        resume_from_output: count records already in ``output`` as done (``False``: the merge
+            replaces the output, as a one-process run that rewrites its output would).
 
     Returns ``{"written": records this process wrote, "merged": records in the output or None
     on other processes}``. Every process must call this with the same arguments.
@@ -231,11 +238,11 @@ def run_sharded(
     ids = [str(i) for i in ids]
     if len(set(ids)) != len(ids):
         raise ValueError("ids must be unique to shard a run")
-    own = shard_path(output, processes.index, processes.count)
+    own = shard_path(output, processes.index, processes.count, tag)
     own.parent.mkdir(parents=True, exist_ok=True)
     _repair_tail(own)
     processes.wait()  # no process reads a shard file while its owner is repairing it
-    done = set(_finished(output, settings))
+    done = set(_finished(output, settings, tag, resume_from_output))
     written = 0
     with open(own, "a", encoding="utf-8") as handle:
         for rec in compute(processes.index, processes.count, set(done)):
@@ -247,6 +254,37 @@ def run_sharded(
             done.add(key)
             written += 1
     processes.wait()
-    merged = _merge(output, ids, settings) if processes.is_main else None
+    merged = _merge(output, ids, settings, tag, resume_from_output) if processes.is_main else None
     processes.wait()
     return {"written": written, "merged": merged}
+
+
+def decode_sharded(
+    records: Sequence[dict],
+    output: str | os.PathLike,
+    load: Callable[[], tuple],
+    *,
+    settings: dict,
+    processes: Processes | None = None,
+    progress: bool = True,
+    **decode_options,
+) -> dict:
+    """:func:`~pmi_decode.decode_file.decode_records` over several processes into ``output``.
+
+    ``load()`` returns ``(model, tokenizer)`` on this process's device (``processes.device``:
+    one accelerator per process); it is called only by a process with work left. ``decode_options``
+    go to ``decode_records`` (``batch_size``, ``seed``, ``compare``, ...); they must be the ones
+    ``settings`` describes.
+    """
+    from .decode_file import decode_records
+
+    processes = processes or process_group()
+
+    def compute(index, count, done):
+        if all(str(r["id"]) in done for r in records):
+            return
+        model, tokenizer = load()
+        yield from decode_records(records, model, tokenizer, progress=progress and processes.is_main,
+                                  skip_ids=done, shard=(index, count), **decode_options)
+
+    return run_sharded([r["id"] for r in records], output, compute, settings=settings, processes=processes)

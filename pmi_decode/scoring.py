@@ -263,6 +263,11 @@ def run_score(args) -> Path:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     records = read_jsonl(args.input)
+    from .distributed import process_group
+
+    processes = process_group()
+    if processes.count > 1:
+        return _run_score_sharded(args, records, metrics, processes)
     scored = score_records(
         records,
         metrics,
@@ -282,4 +287,37 @@ def run_score(args) -> Path:
     print(f"scored {len(scored)} records with {', '.join(metrics)} -> {output}")
     if truncated:
         print(f"{truncated} scored responses had their prompt truncated (see scores.*.truncated)")
+    return output
+
+
+def _score_options(args, device) -> dict:
+    return dict(scorer_model=args.scorer_model, batch_size=args.batch_size, max_length=args.max_length,
+                max_history_turns=args.max_history_turns, chat_template=args.chat_template, device=device)
+
+
+def _run_score_sharded(args, records, metrics, processes) -> Path:
+    """``score`` under ``accelerate launch``: each process scores every ``count``-th record into a
+    shard file; the main process merges them in input order. A rerun with the same options
+    resumes from the shard files. Scores can differ from a one-process run by float rounding
+    only (PMI-Faith's padded batches hold other responses)."""
+    import hashlib
+
+    from .distributed import run_sharded, shard_units
+
+    ids = [r.get("id") for r in records]
+    if any(i is None for i in ids) or len({str(i) for i in ids}) != len(ids):
+        raise ValueError("scoring over several processes needs a unique 'id' in every record")
+    output = Path(args.output) if args.output else Path(args.input).with_suffix(".scored.jsonl")
+    options = _score_options(args, args.device or processes.device)
+    fingerprint = json.dumps([metrics, {k: v for k, v in options.items() if k != "device"}], sort_keys=True)
+    tag = hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
+
+    def compute(index, count, done):
+        mine = [records[i] for i in shard_units(range(len(records)), index, count) if str(records[i]["id"]) not in done]
+        if mine:
+            yield from score_records(mine, metrics, progress=processes.is_main, **options)
+
+    result = run_sharded(ids, output, compute, processes=processes, tag=tag, resume_from_output=False)
+    if processes.is_main:
+        print(f"scored {result['merged']} records with {', '.join(metrics)} on {processes.count} processes -> {output}")
     return output

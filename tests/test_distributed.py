@@ -19,10 +19,12 @@ import pytest
 import torch
 from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 
+from pmi_decode import distributed
 from pmi_decode.cli import main
 from pmi_decode.decode_file import decode_records, decode_settings
 from pmi_decode.distributed import (
     Processes,
+    decode_sharded,
     ShardError,
     read_shard_records,
     run_sharded,
@@ -68,17 +70,11 @@ def _settings(**kw):
                            seed=opts["seed"])
 
 
-def _sharded(records, output, model, tokenizer, count, *, order=None, **kw):
-    """Run ``count`` simulated processes in ``order`` (the main one last, as it merges)."""
-    opts = dict(DECODE, **kw)
-
-    def compute(index, n, done):
-        yield from decode_records(records, model, tokenizer, compare=True, progress=False, skip_ids=done,
-                                  shard=(index, n), **opts)
-
-    for index in order or list(range(count))[::-1]:
-        run_sharded([r["id"] for r in records], output, compute, settings=_settings(**kw),
-                    processes=Processes(index, count))
+def _sharded(records, output, model, tokenizer, count, **kw):
+    """Run ``count`` simulated processes one after another (the main one last, as it merges)."""
+    for index in reversed(range(count)):
+        decode_sharded(records, output, lambda: (model, tokenizer), settings=_settings(**kw),
+                       processes=Processes(index, count), compare=True, progress=False, **dict(DECODE, **kw))
 
 
 # ---------------------------------------------------------------------------- units and files
@@ -170,6 +166,52 @@ def test_resuming_with_other_settings_is_refused(tmp_path, tiny):
     _sharded(records, out, model, tokenizer, 2)
     with pytest.raises(ShardError, match="other settings"):
         _sharded(records, out, model, tokenizer, 2, alpha=0.25)
+
+
+# ---------------------------------------------------------------------------- score
+def _scored_records(n=7):
+    return [dict(r, pmi_response=f"answer {i} about {r['document'].split()[1]}", plain_response="I do not know.")
+            for i, r in enumerate(_records(n))]
+
+
+def test_sharded_score_equals_one_process_and_resumes(tmp_path, monkeypatch):
+    inp = tmp_path / "generated.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in _scored_records()))
+    flags = ["score", "--input", str(inp), "--metrics", "unigram_f1,rouge_l"]
+    assert main([*flags, "--output", str(tmp_path / "single.jsonl")]) == 0
+    single = _read(tmp_path / "single.jsonl")
+
+    out = tmp_path / "sharded.jsonl"
+    for index in (1, 0):
+        monkeypatch.setattr(distributed, "process_group", lambda index=index: Processes(index, 2))
+        assert main([*flags, "--output", str(out)]) == 0
+    assert _read(out) == single
+    assert not list(tmp_path.glob("*.shards"))
+
+    # process 1 was killed before it wrote anything: the merge refuses; the rerun scores only its share
+    scored_ids = []
+    real = distributed.run_sharded
+
+    def spy(ids, output, compute, **kw):
+        def counted(index, count, done):
+            for rec in compute(index, count, done):
+                scored_ids.append(rec["id"])
+                yield rec
+        return real(ids, output, counted, **kw)
+
+    monkeypatch.setattr(distributed, "run_sharded", spy)
+    monkeypatch.setattr(distributed, "process_group", lambda: Processes(0, 2))
+    first = tmp_path / "first.jsonl"
+    assert main([*flags, "--output", str(first)]) != 0  # process 1 never ran: the merge refuses, naming why
+    part = next(tmp_path.glob("first.jsonl.*.shards")) / "part-00000-of-00002.jsonl"
+    assert len(_read(part)) == 4
+    scored_ids.clear()
+    monkeypatch.setattr(distributed, "process_group", lambda: Processes(1, 2))
+    main([*flags, "--output", str(first)])
+    monkeypatch.setattr(distributed, "process_group", lambda: Processes(0, 2))
+    assert main([*flags, "--output", str(first)]) == 0
+    assert _read(first) == single
+    assert sorted(scored_ids) == sorted(r["id"] for r in single[1::2])  # process 0's share was not redone
 
 
 # ---------------------------------------------------------------------------- real processes
