@@ -254,3 +254,24 @@ def test_accelerate_launch_two_processes_matches_one_process_and_resumes(tmp_pat
     run = _launch(["generate", *flags, "--output", str(resumed)], 2)
     assert run.returncode == 0, run.stderr[-3000:]
     assert _read(resumed) == merged
+
+
+# ---------------------------------------------------------------------------- sweep
+def test_sharded_sweep_writes_the_same_cell_files_as_one_process(tmp_path, tiny):
+    from pmi_decode.sweep import SweepConfig, cell_paths, run_sweep
+
+    records = _records(5)
+    base = dict(dataset="tiny", split="dev", methods=["beam_search", "beam_sampling"], alphas=[0, 1], ps=[0.5, 1],
+                num_beams=2, max_new_tokens=4, batch_size=2, seed=3, scorer_model=None)
+    single = SweepConfig(output_dir=str(tmp_path / "single"), **base)
+    run_sweep(single, stages=["generate"], generator=tiny, records=records, progress=False)
+    sharded = SweepConfig(output_dir=str(tmp_path / "sharded"), **base)
+    written = []
+    for index in (1, 0):
+        run_sweep(sharded, stages=["generate"], generator=tiny, records=records, progress=False,
+                  processes=Processes(index, 2))
+        written.append(sorted(p.name for p in (tmp_path / "sharded").rglob("*.jsonl")))
+    assert 0 < len(written[0]) < len(single.cells) and len(written[1]) == len(single.cells)  # each did its share
+    for cell in single.cells:
+        assert cell_paths(single.output_dir, cell)["generations"].read_text() == \
+            cell_paths(sharded.output_dir, cell)["generations"].read_text()
