@@ -242,7 +242,7 @@ def main(argv=None):
     parser.add_argument("--p", type=float, default=0.9)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (per process with --processes)")
-    parser.add_argument("--parts", nargs="+", default=["lengths", "end_to_end", "model_level"],
+    parser.add_argument("--parts", nargs="*", default=["lengths", "end_to_end", "model_level"],
                         choices=["lengths", "end_to_end", "model_level"])
     parser.add_argument("--profile", action="store_true", help="also profile one PMI-Decode batch")
     parser.add_argument("--processes", nargs="+", type=int, default=None, help="scale-out instead, e.g. 1 2")

@@ -171,10 +171,10 @@ def _run_generate(args) -> int:
     )
     if os.path.abspath(args.input) == os.path.abspath(args.output):
         raise ValueError("--output must differ from --input")
-    from .distributed import process_group
+    from .distributed import process_group, shard_dir
 
     processes = process_group()
-    if processes.count > 1:
+    if processes.count > 1 or shard_dir(args.output).is_dir():  # the latter: finish a multi-process run
         return _run_generate_sharded(args, records, settings, processes)
     done = read_done_ids(args.output, settings)
     todo = [r for r in records if str(r["id"]) not in done]

@@ -275,3 +275,19 @@ def test_sharded_sweep_writes_the_same_cell_files_as_one_process(tmp_path, tiny)
     for cell in single.cells:
         assert cell_paths(single.output_dir, cell)["generations"].read_text() == \
             cell_paths(sharded.output_dir, cell)["generations"].read_text()
+
+
+def test_one_process_finishes_a_killed_multi_process_run(tmp_path, llama_dir):
+    records = _records(6)
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    flags = ["generate", "--model", llama_dir, "--input", str(inp), "--max-new-tokens", "4", "--num-beams", "2",
+             "--batch-size", "2", "--quiet"]
+    assert main([*flags, "--output", str(tmp_path / "single.jsonl")]) == 0
+    single = sorted(_read(tmp_path / "single.jsonl"), key=lambda r: int(r["id"][1:]))
+    out = tmp_path / "out.jsonl"
+    shard_path(out, 1, 2).parent.mkdir(parents=True)
+    shard_path(out, 1, 2).write_text(json.dumps(single[4]) + "\n" + json.dumps(single[1])[:30])
+    assert main([*flags, "--output", str(out)]) == 0
+    assert _read(out) == single
+    assert not shard_dir(out).exists()
