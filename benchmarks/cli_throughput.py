@@ -15,8 +15,8 @@ Real dialogues from ``--data-dir`` (the official files, read by ``pmi_decode.dat
    machine may be busy, so the ratio is the figure to read.
 3. **Model level** (the same batches, no command): ``generate`` and ``pmi_generate`` on the
    sample's first batch at the same forced output length, interleaved.
-4. ``--profile``: where one PMI-Decode batch spends its time (torch.profiler by operator, and
-   cProfile by Python function), written beside the JSON.
+4. ``--profile``: where one PMI-Decode batch and one plain batch spend their time (cProfile by
+   function; ``--profile-ops`` adds torch.profiler's operators), written beside the JSON.
 5. ``--processes 1 2``: the same command as 1 and 2 processes (``accelerate launch``, each
    process ``--threads`` threads), timed from outside, outputs compared record for record.
 """
@@ -140,9 +140,9 @@ def model_level(args, model, tokenizer, records: list[dict]) -> dict:
 
 
 def profile_batch(args, model, tokenizer, records: list[dict], out_dir: Path) -> dict:
-    """Operator and Python-function profiles of one PMI-Decode batch (and of plain decoding)."""
-    from torch.profiler import ProfilerActivity, profile
-
+    """Where one PMI-Decode batch (and one plain batch) spends its time: cProfile by function,
+    the top functions by own time in the JSON, the full listing beside it. ``--profile-ops``
+    adds torch.profiler's operator table (memory-hungry at real lengths)."""
     from pmi_decode import pmi_generate
     from pmi_decode.generation import prompt_cache
 
@@ -155,31 +155,34 @@ def profile_batch(args, model, tokenizer, records: list[dict], out_dir: Path) ->
         "pmi": lambda: pmi_generate(model, inputs, alpha=args.alpha, p=args.p, **kw),
         "plain": lambda: model.generate(**cond, past_key_values=prompt_cache(model, cond, args.num_beams), **kw),
     }
-    summary = {}
+    summary = {"batch": len(batch), "prompt_tokens_padded": int(cond["input_ids"].shape[1])}
     with torch.no_grad():
         for name, fn in runs.items():
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                fn()
-            table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
-            (out_dir / f"profile_{args.dataset}_{name}_ops.txt").write_text(table)
-            events = prof.key_averages()
-            total = sum(e.self_cpu_time_total for e in events)
-            model_ops = ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "aten::linear",
-                         "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::scaled_dot_product_attention")
-            summary[name] = {
-                "self_cpu_s_total": total / 1e6,
-                "top_ops": [{"op": e.key, "self_cpu_s": e.self_cpu_time_total / 1e6,
-                             "share": e.self_cpu_time_total / total} for e in
-                            sorted(events, key=lambda e: -e.self_cpu_time_total)[:12]],
-                "matmul_attention_share": sum(e.self_cpu_time_total for e in events if e.key in model_ops) / total,
-            }
             prof_py = cProfile.Profile()
+            start = time.perf_counter()
             prof_py.enable()
             fn()
             prof_py.disable()
+            wall = time.perf_counter() - start
+            stats = pstats.Stats(prof_py)
+            rows = sorted(((key, value[2], value[3], value[1]) for key, value in stats.stats.items()),
+                          key=lambda row: -row[1])
+            total = sum(row[1] for row in rows)
+            summary[name] = {
+                "wall_s": wall, "profiled_s": total,
+                "top_own_time": [{"function": f"{Path(k[0]).name}:{k[1]}({k[2]})", "own_s": round(tt, 3),
+                                  "share": round(tt / total, 4), "calls": calls} for k, tt, _, calls in rows[:15]],
+            }
             text = io.StringIO()
-            pstats.Stats(prof_py, stream=text).sort_stats("cumulative").print_stats(40)
+            pstats.Stats(prof_py, stream=text).sort_stats("tottime").print_stats(40)
             (out_dir / f"profile_{args.dataset}_{name}_python.txt").write_text(text.getvalue())
+            if args.profile_ops:
+                from torch.profiler import ProfilerActivity, profile
+
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    fn()
+                table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+                (out_dir / f"profile_{args.dataset}_{name}_ops.txt").write_text(table)
     return summary
 
 
@@ -245,6 +248,7 @@ def main(argv=None):
     parser.add_argument("--parts", nargs="*", default=["lengths", "end_to_end", "model_level"],
                         choices=["lengths", "end_to_end", "model_level"])
     parser.add_argument("--profile", action="store_true", help="also profile one PMI-Decode batch")
+    parser.add_argument("--profile-ops", action="store_true", help="with --profile: torch.profiler operators too")
     parser.add_argument("--processes", nargs="+", type=int, default=None, help="scale-out instead, e.g. 1 2")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="benchmarks/results/real_lengths")
