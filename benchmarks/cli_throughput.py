@@ -136,7 +136,8 @@ def model_level(args, model, tokenizer, records: list[dict]) -> dict:
                 print(f"  model level {name} rep {rep}: {times[name][-1]:.1f} s", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"batch": len(batch), "prompt_tokens_padded": int(cond["input_ids"].shape[1]), "wall_s": med,
-            "all_wall_s": times, "ratio_to_plain_prompt_once": {k: v / med["plain-prompt-once"] for k, v in med.items()}}
+            "all_wall_s": times,
+            "ratio_to_plain_prompt_once": {k: v / med["plain-prompt-once"] for k, v in med.items()}}
 
 
 def profile_batch(args, model, tokenizer, records: list[dict], out_dir: Path) -> dict:
@@ -217,7 +218,8 @@ def process_scaling(args, inp: Path, work: Path) -> dict:
     base = statistics.median(times[args.processes[0]])
     return {
         "dialogues": n, "threads_per_process": int(args.threads or 1),
-        "wall_s": {str(p): statistics.median(t) for p, t in times.items()}, "all_wall_s": {str(p): t for p, t in times.items()},
+        "wall_s": {str(p): statistics.median(t) for p, t in times.items()},
+        "all_wall_s": {str(p): t for p, t in times.items()},
         "throughput_vs_first": {str(p): base / statistics.median(t) for p, t in times.items()},
         "identical_records": all(outputs[p] == outputs[args.processes[0]] for p in args.processes),
     }

@@ -17,7 +17,7 @@ shape:
 
 With one process none of this is used: callers keep writing straight to the output.
 
-    accelerate launch --num_processes 8 -m pmi_decode.cli generate --input in.jsonl --output out.jsonl
+    accelerate launch --multi_gpu --num_processes 8 -m pmi_decode.cli generate --input in.jsonl --output out.jsonl
 """
 
 from __future__ import annotations

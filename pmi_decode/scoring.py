@@ -313,7 +313,8 @@ def _run_score_sharded(args, records, metrics, processes) -> Path:
     tag = hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
 
     def compute(index, count, done):
-        mine = [records[i] for i in shard_units(range(len(records)), index, count) if str(records[i]["id"]) not in done]
+        share = shard_units(range(len(records)), index, count)
+        mine = [records[i] for i in share if str(records[i]["id"]) not in done]
         if mine:
             yield from score_records(mine, metrics, progress=processes.is_main, **options)
 
