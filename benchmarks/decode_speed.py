@@ -49,6 +49,10 @@ from pmi_decode.generation import prompt_cache  # noqa: E402
 
 # mean words per document / history / response (the paper's Table 7)
 DATASETS = {"faithdial": (23, 69, 18), "multidoc2dial": (166, 93, 18), "topicalchat": (241, 199, 20)}
+# The same, measured on the files in the data folder with the embedded tokenizer (mean document and
+# history tokens / 1.3; benchmarks/results/real_lengths/real_lengths_*.json, cli_throughput.py --parts lengths).
+# Offline, Topical-Chat documents lack the article sections and fun facts, MultiDoc2Dial has 3 documents.
+DATASETS.update({"topicalchat-data": (138, 202, 20), "multidoc2dial-data": (19, 64, 18)})
 MODES = {
     "greedy": dict(),
     "beam": dict(num_beams=4),

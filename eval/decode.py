@@ -8,7 +8,8 @@ it writes ``{output_dir}/{split}.{strategy}.jsonl``: one line per response with 
 ``settings``, the fields ``pmi-decode score`` reads. Inputs are built with the layout saved by
 ``training/finetune.py`` next to the checkpoint (``pmi_decode_format.json``), through the same
 ``encode_dialogue`` used in training, and the unconditional input drops exactly the document.
-Interrupted runs resume where they stopped.
+Interrupted runs resume where they stopped. Under ``accelerate launch`` every process decodes a
+share of the batches and the main process merges them (see :mod:`pmi_decode.distributed`).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def records_to_decode(config: dict) -> list[dict]:
     return [{"id": r.id, "document": r.document, "history": list(r.history), "response": r.response} for r in records]
 
 
-def load_checkpoint(checkpoint: str):
+def load_checkpoint(checkpoint: str, device=None):
     """(model, tokenizer, InputSpec or None) of a fine-tuned folder; an adapter folder loads on its base."""
     from pmi_decode.models import load_model_and_tokenizer
     from pmi_decode.training_data import load_input_spec
@@ -83,7 +84,7 @@ def load_checkpoint(checkpoint: str):
             tokenizer.padding_side = "left"
         spec = load_input_spec(path) or load_input_spec(path.parent)
     else:
-        model, tokenizer = load_model_and_tokenizer(checkpoint)
+        model, tokenizer = load_model_and_tokenizer(checkpoint, device=device)
         spec = load_input_spec(path) if path.is_dir() else None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -100,7 +101,12 @@ def decode(config: dict) -> dict:
     if config.get("threads"):
         torch.set_num_threads(int(config["threads"]))
 
-    model, tokenizer, spec = load_checkpoint(config["checkpoint"])
+    from pmi_decode.distributed import decode_sharded, process_group
+
+    processes = process_group()  # several under `accelerate launch`: each decodes a share, the main one merges
+    model, tokenizer, spec = load_checkpoint(config["checkpoint"], device=processes.device)
+    if processes.device is not None:
+        model.to(processes.device)  # an adapter folder loads on the CPU first
     if spec is None:  # not fine-tuned here: the library's default layout (chat template if the model has one)
         logger.warning("%s has no pmi_decode_format.json: decoding with the default layout", config["checkpoint"])
         spec = InputSpec(format=None, special_tokens=[], chat_template=None,
@@ -117,17 +123,21 @@ def decode(config: dict) -> dict:
                                    batch_size=int(config["batch_size"]), format=spec.format,
                                    max_length=spec.max_source_length, max_history_turns=spec.max_history_turns,
                                    chat_template=spec.chat_template)
+        options = dict(alpha=config["alpha"], p=config["p"], num_beams=num_beams, do_sample=do_sample,
+                       max_new_tokens=int(config["max_new_tokens"]), batch_size=int(config["batch_size"]),
+                       seed=config["seed"], compare=True, model_name=config["checkpoint"], format=spec.format,
+                       max_length=spec.max_source_length, max_history_turns=spec.max_history_turns,
+                       chat_template=spec.chat_template)
+        if processes.count > 1:
+            decode_sharded(records, path, lambda: (model, tokenizer), settings=settings, processes=processes,
+                           **options)
+            written[name] = str(path)
+            continue
         done = read_done_ids(path, settings)
         todo = [r for r in records if str(r["id"]) not in done]
         logger.info("%s: %d to decode (%d already in %s)", name, len(todo), len(done), path)
         if todo:
-            stream = decode_records(
-                todo, model, tokenizer, alpha=config["alpha"], p=config["p"], num_beams=num_beams,
-                do_sample=do_sample, max_new_tokens=int(config["max_new_tokens"]),
-                batch_size=int(config["batch_size"]), seed=config["seed"], compare=True,
-                model_name=config["checkpoint"], format=spec.format, max_length=spec.max_source_length,
-                max_history_turns=spec.max_history_turns, chat_template=spec.chat_template,
-            )
+            stream = decode_records(todo, model, tokenizer, **options)
             write_records(path, stream)
         written[name] = str(path)
     return written

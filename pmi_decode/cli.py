@@ -181,6 +181,11 @@ def _run_generate(args) -> int:
     if os.path.abspath(args.input) == os.path.abspath(args.output):
         raise ValueError("--output must differ from --input")
     check_output_path(args.output, "--output")
+    from .distributed import process_group, shard_dir
+
+    processes = process_group()
+    if processes.count > 1 or shard_dir(args.output).is_dir():  # the latter: finish a multi-process run
+        return _run_generate_sharded(args, records, settings, processes)
     done = read_done_ids(args.output, settings)
     todo = [r for r in records if str(r["id"]) not in done]
     skipped = len(records) - len(todo)
@@ -198,6 +203,25 @@ def _run_generate(args) -> int:
     )
     written = write_records(args.output, outputs)
     print(f"wrote {written} dialogues to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _run_generate_sharded(args, records, settings, processes) -> int:
+    """``generate`` under ``accelerate launch``: each process decodes its share of the batches
+    into a shard file; the main process merges them into ``--output`` in input order."""
+    from .distributed import decode_sharded
+
+    if args.device is None:
+        args.device = processes.device  # one accelerator per process (None on CPUs: the default)
+    result = decode_sharded(
+        records, args.output, lambda: _load(args), settings=settings, processes=processes, progress=not args.quiet,
+        alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed, compare=args.compare,
+        model_name=args.model, max_length=args.max_input_length, max_history_turns=args.max_history_turns,
+        chat_template=_chat_flag(args.chat_template), extra_settings={"dtype": args.dtype},
+    )
+    if processes.is_main:
+        print(f"wrote {result['merged']} dialogues to {args.output} from {processes.count} processes", file=sys.stderr)
     return 0
 
 

@@ -17,7 +17,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Collection, Iterable, Iterator, Sequence
 
 import torch
 from transformers import LogitsProcessor
@@ -307,6 +307,23 @@ def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs):
     return model.generate(**inputs["conditional"], logits_processor=processors, **kwargs)
 
 
+def _plain_sequences(model, inputs, generate_kwargs):
+    """Plain decoding with each decoder-only prompt run once per dialogue, not once per beam, as
+    PMI-Decode does, so the two cost what their decoding differs in (same tokens either way)."""
+    cond = inputs["conditional"]
+    kwargs = dict(generate_kwargs)
+    try:
+        from .generation import prompt_cache
+    except ImportError:
+        prompt_cache = None
+    if prompt_cache is not None:
+        expand = max(int(kwargs.get("num_beams") or 1), int(kwargs.get("num_return_sequences") or 1))
+        cache = prompt_cache(model, cond, expand)
+        if cache is not None:
+            kwargs["past_key_values"] = cache
+    return model.generate(**cond, **kwargs)
+
+
 def _texts(tokenizer, sequences: torch.Tensor, prompt_len: int, enc_dec: bool) -> list[str]:
     new = sequences if enc_dec else sequences[:, prompt_len:]
     return [t.strip() for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
@@ -332,6 +349,8 @@ def decode_records(
     chat_template: bool | None = None,
     progress=True,
     extra_settings: dict | None = None,
+    skip_ids: Collection | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
@@ -346,6 +365,12 @@ def decode_records(
     a batch counts in fractions while it decodes), ``False`` shows nothing. ``extra_settings``:
     more content-changing options the caller applied (e.g. the model's dtype), saved with the
     settings.
+
+    ``skip_ids`` and ``shard=(index, count)`` let a rerun or one of several processes decode
+    part of ``records`` while every record keeps the batch (and seed) it gets when all of
+    ``records`` are decoded in one go: batches are formed over all records, ``shard`` keeps
+    batches ``index, index + count, ...``, a batch whose records are all in ``skip_ids`` is not
+    run, and records in ``skip_ids`` are not yielded (see :mod:`pmi_decode.distributed`).
     """
     alpha, p = validate_alpha_p(alpha, p)
     for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
@@ -376,13 +401,21 @@ def decode_records(
     )
     if do_sample:
         generate_kwargs["top_p"] = 1.0  # PMIDecode already keeps only the top-p nucleus
+    batches = _batches(records, lengths, batch_size)
+    if shard is not None:
+        from .distributed import shard_units
+
+        batches = shard_units(batches, *shard)
+    skip = {str(i) for i in skip_ids} if skip_ids else set()
+    if skip:
+        batches = [b for b in batches if any(str(records[i]["id"]) not in skip for i in b)]
     num_truncated = 0
-    tracker = _Progress(len(records), progress)
+    tracker = _Progress(sum(len(b) for b in batches), progress)
     step_kwargs = dict(generate_kwargs)
     step_kwargs["logits_processor"] = list(generate_kwargs.get("logits_processor") or []) + [_StepHook(tracker.step)]
     generate_kwargs = step_kwargs
     try:
-        for batch in _batches(records, lengths, batch_size):
+        for batch in batches:
             recs = [records[i] for i in batch]
             inputs = build_inputs(
                 tokenizer, [r["document"] for r in recs], [r["history"] for r in recs], model=model,
@@ -403,9 +436,11 @@ def decode_records(
                     if batch_seed is not None:
                         torch.manual_seed(batch_seed)
                     plain_kwargs = dict(generate_kwargs, top_p=p) if do_sample else generate_kwargs
-                    plain = model.generate(**inputs["conditional"], **plain_kwargs)
+                    plain = _plain_sequences(model, inputs, plain_kwargs)
                     plain_texts = _texts(tokenizer, plain, prompt_len, enc_dec)
             for row, rec in enumerate(recs):
+                if str(rec["id"]) in skip:
+                    continue
                 out = dict(rec)
                 out["pmi_response"] = pmi_texts[row]
                 if plain_texts is not None:

@@ -439,20 +439,19 @@ def run_score(args) -> Path:
             print(f"note: the PMI-Faith scorer ({args.scorer_model}) is the model that generated these responses; a "
                   "model scoring its own output flatters it. Pass --scorer-model with another model "
                   "(e.g. embedded-gemma) to compare systems.")
-    options = dict(
-        scorer_model=args.scorer_model,
-        batch_size=args.batch_size,
-        max_length=args.max_length,
-        max_history_turns=args.max_history_turns,
-        chat_template=args.chat_template,
-        device=args.device,
-        answers_method=getattr(args, "answers_method", "semantic"),
-        progress=True,
-    )
-    if getattr(args, "grammar_backend", None):
-        options["grammar_backend"] = args.grammar_backend
-    scored = score_records(records, metrics, **options)
+    from .distributed import process_group
+
+    processes = process_group()
+    if processes.count > 1:
+        return _run_score_sharded(args, records, metrics, processes)
+    scored = score_records(records, metrics, progress=True, **_score_options(args, args.device))
     write_jsonl(scored, output)
+    _report(scored, output, args, metrics)
+    return output
+
+
+def _report(scored: list[dict], output: Path, args, metrics: list[str]) -> None:
+    """Write the per-system means beside ``output`` and print them."""
     truncated = sum(
         1 for r in scored for field in r["scores"].values() if isinstance(field, dict) and field.get("truncated")
     )
@@ -466,4 +465,42 @@ def run_score(args) -> Path:
     print()
     print(format_means_table(summary))
     print(f"\n(gold_*: against the human response; knowledge_*: against the document; means -> {summary_path})")
+
+
+def _score_options(args, device) -> dict:
+    options = dict(scorer_model=args.scorer_model, batch_size=args.batch_size, max_length=args.max_length,
+                   max_history_turns=args.max_history_turns, chat_template=args.chat_template, device=device,
+                   answers_method=getattr(args, "answers_method", "semantic"))
+    if getattr(args, "grammar_backend", None):
+        options["grammar_backend"] = args.grammar_backend
+    return options
+
+
+def _run_score_sharded(args, records, metrics, processes) -> Path:
+    """``score`` under ``accelerate launch``: each process scores every ``count``-th record into a
+    shard file; the main process merges them in input order. A rerun with the same options
+    resumes from the shard files. Scores can differ from a one-process run by float rounding
+    only (PMI-Faith's padded batches hold other responses)."""
+    import hashlib
+
+    from .distributed import run_sharded, shard_units
+
+    ids = [r.get("id") for r in records]
+    if any(i is None for i in ids) or len({str(i) for i in ids}) != len(ids):
+        raise ValueError("scoring over several processes needs a unique 'id' in every record")
+    output = Path(args.output) if args.output else Path(args.input).with_suffix(".scored.jsonl")
+    options = _score_options(args, args.device or processes.device)
+    fingerprint = json.dumps([metrics, {k: v for k, v in options.items() if k != "device"}], sort_keys=True)
+    tag = hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
+
+    def compute(index, count, done):
+        share = shard_units(range(len(records)), index, count)
+        mine = [records[i] for i in share if str(records[i]["id"]) not in done]
+        if mine:
+            yield from score_records(mine, metrics, progress=processes.is_main, **options)
+
+    result = run_sharded(ids, output, compute, processes=processes, tag=tag, resume_from_output=False)
+    if processes.is_main:
+        print(f"merged {result['merged']} records scored on {processes.count} processes")
+        _report(read_jsonl(output), output, args, metrics)
     return output

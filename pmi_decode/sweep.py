@@ -271,7 +271,8 @@ def _generation_done(path: Path, settings: dict) -> bool:
 
 
 def generate_cells(config: SweepConfig, records: Sequence, model, tokenizer, *, progress: bool = True,
-                   on_cell_done: Callable[[Cell], None] | None = None) -> list[Cell]:
+                   on_cell_done: Callable[[Cell], None] | None = None,
+                   cells: Sequence[Cell] | None = None) -> list[Cell]:
     """Decode ``records`` once per cell whose generation file is missing; return the cells decoded.
 
     Each cell file holds one line per record: the input fields, ``response`` (gold, when known),
@@ -281,9 +282,10 @@ def generate_cells(config: SweepConfig, records: Sequence, model, tokenizer, *, 
     from .decode_file import decode_records
 
     inputs = [_as_input(r) for r in records]
+    cells = config.cells if cells is None else cells  # a process's share under accelerate launch
     done = []
     todo = []
-    for cell in config.cells:
+    for cell in cells:
         settings = config.generation_settings(cell.method)
         if not _generation_done(cell_paths(config.output_dir, cell)["generations"], settings):
             todo.append(cell)
@@ -291,7 +293,7 @@ def generate_cells(config: SweepConfig, records: Sequence, model, tokenizer, *, 
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(config.cells), initial=len(config.cells) - len(todo), desc="sweep: generate", unit="cell")
+        bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep: generate", unit="cell")
     try:
         for cell in todo:
             method = dict(METHODS[cell.method])
@@ -351,12 +353,13 @@ def _response_set(cell: Cell, rows: list[dict]):
     )
 
 
-def score_cells(config: SweepConfig, *, pmi_scorer=None, grammar_checker=None, progress: bool = True) -> list[Cell]:
-    """Score every cell whose generation file exists and whose score file is missing or stale;
-    return the cells scored. ``pmi_scorer`` (a PMIFaith) and ``grammar_checker`` are built from
-    the config when not given."""
+def score_cells(config: SweepConfig, *, pmi_scorer=None, grammar_checker=None, progress: bool = True,
+                cells: Sequence[Cell] | None = None) -> list[Cell]:
+    """Score every cell (of ``cells``, default all) whose generation file exists and whose score
+    file is missing or stale; return the cells scored. ``pmi_scorer`` (a PMIFaith) and
+    ``grammar_checker`` are built from the config when not given."""
     todo = []
-    for cell in config.cells:
+    for cell in config.cells if cells is None else cells:
         paths = cell_paths(config.output_dir, cell)
         gen = config.generation_settings(cell.method)
         if paths["generations"].is_file() and not _score_done(paths["scores"], config.scoring_settings(), gen):
@@ -366,7 +369,9 @@ def score_cells(config: SweepConfig, *, pmi_scorer=None, grammar_checker=None, p
     from .report import score_response_set
 
     if pmi_scorer is None and config.scorer_model:
-        pmi_scorer = make_pmi_scorer(config)
+        from .distributed import process_group
+
+        pmi_scorer = make_pmi_scorer(config, device=process_group().device)
     if grammar_checker is None:
         grammar_checker = make_grammar_checker(config)
     if isinstance(pmi_scorer, MemoPMIScorer):
@@ -397,12 +402,13 @@ def score_cells(config: SweepConfig, *, pmi_scorer=None, grammar_checker=None, p
     return todo
 
 
-def make_pmi_scorer(config: SweepConfig):
+def make_pmi_scorer(config: SweepConfig, device=None):
     """The PMI-Faith scorer the config names; a clear error when its model cannot be loaded."""
     from .metrics.pmi_faith import PMIFaith
 
     try:
-        scorer = PMIFaith(config.scorer_model, chat_template=config.scorer_chat_template,
+        extra = {"device": device} if device is not None else {}
+        scorer = PMIFaith(config.scorer_model, chat_template=config.scorer_chat_template, **extra,
                           batch_size=config.scorer_batch_size, max_length=config.scorer_max_length,
                           max_history_turns=config.max_history_turns,
                           compute=(config.pmi_statistic.split("_")[0],))
@@ -721,11 +727,14 @@ def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
 
 
 def run_sweep(config: SweepConfig, *, stages: Sequence[str] = ("generate", "score", "report"), generator=None,
-              pmi_scorer=None, grammar_checker=None, records=None, progress: bool = True) -> dict | None:
+              pmi_scorer=None, grammar_checker=None, records=None, progress: bool = True,
+              processes=None) -> dict | None:
     """Run (or resume) the sweep: generate missing cells, score unscored ones, write the report.
 
     ``generator`` is ``(model, tokenizer)`` (default: loaded from ``config.generator`` only when
-    a cell still needs decoding); ``records`` replaces the data-set split (for tests)."""
+    a cell still needs decoding); ``records`` replaces the data-set split (for tests);
+    ``processes`` (default :func:`pmi_decode.distributed.process_group`) shares the cells out
+    under ``accelerate launch``."""
     unknown = set(stages) - {"generate", "score", "report"}
     if unknown:
         raise ValueError(f"unknown stage(s) {sorted(unknown)}; stages are generate, score, report")
@@ -733,8 +742,14 @@ def run_sweep(config: SweepConfig, *, stages: Sequence[str] = ("generate", "scor
         import torch
 
         torch.set_num_threads(int(config.num_threads))
+    from .distributed import process_group, shard_units
+
+    # Under `accelerate launch` each process decodes and scores whole cells (every count-th one of
+    # the fixed grid), so each cell file is what one process would write; the main one reports.
+    processes = processes or process_group()
+    mine = shard_units(config.cells, processes.index, processes.count)
     if "generate" in stages:
-        pending = [c for c in config.cells if not _generation_done(
+        pending = [c for c in mine if not _generation_done(
             cell_paths(config.output_dir, c)["generations"], config.generation_settings(c.method))]
         if pending:
             records = records if records is not None else load_split(config)
@@ -743,12 +758,15 @@ def run_sweep(config: SweepConfig, *, stages: Sequence[str] = ("generate", "scor
 
                 from .models import load_model_and_tokenizer
 
-                generator = load_model_and_tokenizer(config.generator, dtype=torch.float32)
+                generator = load_model_and_tokenizer(config.generator, dtype=torch.float32, device=processes.device)
             model, tokenizer = generator
-            generate_cells(config, records, model, tokenizer, progress=progress)
+            generate_cells(config, records, model, tokenizer, progress=progress and processes.is_main, cells=mine)
             generator = None
+        processes.wait()
     if "score" in stages:
-        score_cells(config, pmi_scorer=pmi_scorer, grammar_checker=grammar_checker, progress=progress)
-    if "report" in stages:
+        score_cells(config, pmi_scorer=pmi_scorer, grammar_checker=grammar_checker,
+                    progress=progress and processes.is_main, cells=mine)
+        processes.wait()
+    if "report" in stages and processes.is_main:
         return write_report(config)
     return None

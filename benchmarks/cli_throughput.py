@@ -1,0 +1,298 @@
+"""Speed at real lengths: dialogues per second of ``pmi-decode generate``, plain against PMI-Decode.
+
+    python benchmarks/cli_throughput.py --dataset topicalchat --dialogues 8
+    python benchmarks/cli_throughput.py --dataset multidoc2dial --dialogues 8 --profile
+    python benchmarks/cli_throughput.py --dataset topicalchat --processes 1 2 --threads 1   # scale-out
+
+Real dialogues from ``--data-dir`` (the official files, read by ``pmi_decode.data``):
+
+1. **Length profile** of the whole split in the model's tokens: document, history and the
+   prompt ``generate`` builds (mean, median, 90th percentile).
+2. **End to end**: the ``generate`` command (``pmi_decode.cli.main``, in this process, model
+   loading included) on a fixed random sample of ``--dialogues`` dialogues; plain decoding is the
+   same command with ``--alpha 0 --p 1`` (so both run each prompt once per dialogue). The two
+   run interleaved, ``--repeats`` times each, order alternating; the median is reported. The
+   machine may be busy, so the ratio is the figure to read.
+3. **Model level** (the same batches, no command): ``generate`` and ``pmi_generate`` on the
+   sample's first batch at the same forced output length, interleaved.
+4. ``--profile``: where one PMI-Decode batch and one plain batch spend their time (cProfile by
+   function; ``--profile-ops`` adds torch.profiler's operators), written beside the JSON.
+5. ``--processes 1 2``: the same command as 1 and 2 processes (``accelerate launch``, each
+   process ``--threads`` threads), timed from outside, outputs compared record for record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from pmi_decode.cli import main as cli_main  # noqa: E402
+from pmi_decode.data import load_dialogues  # noqa: E402
+from pmi_decode.inputs import build_inputs, encode_dialogue  # noqa: E402
+
+SPLITS = {"topicalchat": "validation", "multidoc2dial": "validation"}
+DATA_DIRS = {"topicalchat": "topicalchat", "multidoc2dial": "multidoc2dial"}
+
+
+def load_records(dataset: str, data_dir: Path) -> list[dict]:
+    options = {"rare": True, "skip_personal_knowledge": True} if dataset == "topicalchat" else {}
+    if dataset == "multidoc2dial":
+        options = {"dial_file": str(data_dir / "multidoc2dial_dial_small_validation.json"),
+                   "doc_file": str(data_dir / "multidoc2dial_doc_small.json")}
+    recs = load_dialogues(dataset, SPLITS[dataset], data_dir, **options)
+    return [{"id": r.id, "document": r.document, "history": list(r.history), "response": r.response}
+            for r in recs if r.history]
+
+
+def _stats(values: list[int]) -> dict:
+    ordered = sorted(values)
+    return {"mean": round(statistics.fmean(values), 1), "median": statistics.median(values),
+            "p90": ordered[int(0.9 * (len(ordered) - 1))], "max": ordered[-1]}
+
+
+def length_profile(records: list[dict], tokenizer, max_length: int | None) -> dict:
+    """Token counts as ``generate`` sees them: document and history apart, and the whole prompt."""
+    doc, hist, prompt, words = [], [], [], []
+    for r in records:
+        doc.append(len(tokenizer(r["document"], add_special_tokens=False).input_ids))
+        hist.append(sum(len(tokenizer(t, add_special_tokens=False).input_ids) for t in r["history"]))
+        words.append(len(r["document"].split()))
+        enc = encode_dialogue(tokenizer, r["document"], r["history"], is_encoder_decoder=False, max_length=max_length)
+        prompt.append(len(enc.conditional))
+    return {"dialogues": len(records), "document_words": _stats(words), "document_tokens": _stats(doc),
+            "history_tokens": _stats(hist), "prompt_tokens": _stats(prompt)}
+
+
+def _write_jsonl(path: Path, records: list[dict]) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+def _generate_args(args, inp: Path, out: Path, plain: bool) -> list[str]:
+    argv = ["generate", "--model", args.model, "--input", str(inp), "--output", str(out), "--quiet",
+            "--num-beams", str(args.num_beams), "--max-new-tokens", str(args.max_new_tokens),
+            "--batch-size", str(args.batch_size)]
+    return argv + (["--alpha", "0", "--p", "1"] if plain else ["--alpha", str(args.alpha), "--p", str(args.p)])
+
+
+def end_to_end(args, inp: Path, work: Path) -> dict:
+    times = {"plain": [], "pmi": []}
+    n = sum(1 for _ in open(inp))
+    outputs = {}
+    for rep in range(args.repeats):
+        order = ["plain", "pmi"] if rep % 2 == 0 else ["pmi", "plain"]
+        for name in order:
+            out = work / f"e2e-{name}-{rep}.jsonl"
+            start = time.perf_counter()
+            if cli_main(_generate_args(args, inp, out, plain=name == "plain")) != 0:
+                raise SystemExit(f"generate failed ({name})")
+            times[name].append(time.perf_counter() - start)
+            outputs[name] = [json.loads(line)["pmi_response"] for line in open(out)]
+            print(f"  end to end {name} rep {rep}: {times[name][-1]:.1f} s", flush=True)
+    plain, pmi = statistics.median(times["plain"]), statistics.median(times["pmi"])
+    return {"dialogues": n, "wall_s": {"plain": plain, "pmi": pmi}, "all_wall_s": times,
+            "dialogues_per_s": {"plain": n / plain, "pmi": n / pmi}, "ratio_pmi_to_plain": pmi / plain,
+            "responses_differ": sum(a != b for a, b in zip(outputs["plain"], outputs["pmi"]))}
+
+
+def model_level(args, model, tokenizer, records: list[dict]) -> dict:
+    from pmi_decode import pmi_generate
+    from pmi_decode.generation import prompt_cache
+
+    batch = records[: args.batch_size]
+    inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
+    cond = inputs["conditional"]
+    kw = dict(max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
+              pad_token_id=tokenizer.pad_token_id)
+    methods = {
+        "plain": lambda: model.generate(**cond, **kw),
+        "plain-prompt-once": lambda: model.generate(**cond, past_key_values=prompt_cache(model, cond, args.num_beams),
+                                                    **kw),
+        "pmi-prompt-once": lambda: pmi_generate(model, inputs, alpha=args.alpha, p=args.p, **kw),
+    }
+    times = {k: [] for k in methods}
+    with torch.no_grad():
+        for rep in range(args.repeats):
+            for name in (list(methods) if rep % 2 == 0 else list(methods)[::-1]):
+                start = time.perf_counter()
+                methods[name]()
+                times[name].append(time.perf_counter() - start)
+                print(f"  model level {name} rep {rep}: {times[name][-1]:.1f} s", flush=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"batch": len(batch), "prompt_tokens_padded": int(cond["input_ids"].shape[1]), "wall_s": med,
+            "all_wall_s": times,
+            "ratio_to_plain_prompt_once": {k: v / med["plain-prompt-once"] for k, v in med.items()}}
+
+
+def profile_batch(args, model, tokenizer, records: list[dict], out_dir: Path) -> dict:
+    """Where one PMI-Decode batch (and one plain batch) spends its time: cProfile by function,
+    the top functions by own time in the JSON, the full listing beside it. ``--profile-ops``
+    adds torch.profiler's operator table (memory-hungry at real lengths)."""
+    from pmi_decode import pmi_generate
+    from pmi_decode.generation import prompt_cache
+
+    batch = records[: args.batch_size]
+    inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
+    cond = inputs["conditional"]
+    kw = dict(max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
+              pad_token_id=tokenizer.pad_token_id)
+    runs = {
+        "pmi": lambda: pmi_generate(model, inputs, alpha=args.alpha, p=args.p, **kw),
+        "plain": lambda: model.generate(**cond, past_key_values=prompt_cache(model, cond, args.num_beams), **kw),
+    }
+    summary = {"batch": len(batch), "prompt_tokens_padded": int(cond["input_ids"].shape[1])}
+    with torch.no_grad():
+        for name, fn in runs.items():
+            prof_py = cProfile.Profile()
+            start = time.perf_counter()
+            prof_py.enable()
+            fn()
+            prof_py.disable()
+            wall = time.perf_counter() - start
+            stats = pstats.Stats(prof_py)
+            rows = sorted(((key, value[2], value[3], value[1]) for key, value in stats.stats.items()),
+                          key=lambda row: -row[1])
+            total = sum(row[1] for row in rows)
+            summary[name] = {
+                "wall_s": wall, "profiled_s": total,
+                "top_own_time": [{"function": f"{Path(k[0]).name}:{k[1]}({k[2]})", "own_s": round(tt, 3),
+                                  "share": round(tt / total, 4), "calls": calls} for k, tt, _, calls in rows[:15]],
+            }
+            text = io.StringIO()
+            pstats.Stats(prof_py, stream=text).sort_stats("tottime").print_stats(40)
+            (out_dir / f"profile_{args.dataset}_{name}_python.txt").write_text(text.getvalue())
+            if args.profile_ops:
+                from torch.profiler import ProfilerActivity, profile
+
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    fn()
+                table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+                (out_dir / f"profile_{args.dataset}_{name}_ops.txt").write_text(table)
+    return summary
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def process_scaling(args, inp: Path, work: Path) -> dict:
+    """Wall time of the same command as 1 and N processes (each from a fresh interpreter)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(args.threads or 1), CUDA_VISIBLE_DEVICES="")
+    n = sum(1 for _ in open(inp))
+    times, outputs = {p: [] for p in args.processes}, {}
+    for rep in range(args.repeats):
+        for procs in (args.processes if rep % 2 == 0 else args.processes[::-1]):
+            out = work / f"procs{procs}-{rep}.jsonl"
+            gen = _generate_args(args, inp, out, plain=False)
+            if procs == 1:
+                cmd = [sys.executable, "-m", "pmi_decode.cli", *gen]
+            else:
+                cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(procs),
+                       "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                       "--main_process_port", str(_free_port()), "-m", "pmi_decode.cli", *gen]
+            start = time.perf_counter()
+            run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            times[procs].append(time.perf_counter() - start)
+            if run.returncode != 0:
+                raise SystemExit(f"{procs} processes failed:\n{run.stderr[-3000:]}")
+            outputs[procs] = sorted((json.loads(line) for line in open(out)), key=lambda r: str(r["id"]))
+            print(f"  {procs} process(es) rep {rep}: {times[procs][-1]:.1f} s", flush=True)
+    base = statistics.median(times[args.processes[0]])
+    return {
+        "dialogues": n, "threads_per_process": int(args.threads or 1),
+        "wall_s": {str(p): statistics.median(t) for p, t in times.items()},
+        "all_wall_s": {str(p): t for p, t in times.items()},
+        "throughput_vs_first": {str(p): base / statistics.median(t) for p, t in times.items()},
+        "identical_records": all(outputs[p] == outputs[args.processes[0]] for p in args.processes),
+    }
+
+
+def _default_data_dir(dataset: str) -> Path:
+    """``shared/data/<dataset>`` in the first folder above the checkout that has one."""
+    for folder in ROOT.parents:
+        candidate = folder / "shared" / "data" / DATA_DIRS[dataset]
+        if candidate.is_dir():
+            return candidate
+    raise SystemExit(f"no shared/data/{DATA_DIRS[dataset]} above {ROOT}: pass --data-dir")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", default="topicalchat", choices=list(SPLITS))
+    parser.add_argument("--data-dir", default=None, help="default: shared/data/<dataset> above the checkout")
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--dialogues", type=int, default=8, help="size of the timed random sample")
+    parser.add_argument("--num-beams", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=40)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--alpha", type=float, default=0.5)
+    parser.add_argument("--p", type=float, default=0.9)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (per process with --processes)")
+    parser.add_argument("--parts", nargs="*", default=["lengths", "end_to_end", "model_level"],
+                        choices=["lengths", "end_to_end", "model_level"])
+    parser.add_argument("--profile", action="store_true", help="also profile one PMI-Decode batch")
+    parser.add_argument("--profile-ops", action="store_true", help="with --profile: torch.profiler operators too")
+    parser.add_argument("--processes", nargs="+", type=int, default=None, help="scale-out instead, e.g. 1 2")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output-dir", default="benchmarks/results/real_lengths")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data_dir = Path(args.data_dir) if args.data_dir else _default_data_dir(args.dataset)
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    from pmi_decode.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(args.model)
+    records = load_records(args.dataset, data_dir)
+    sample = random.Random(args.seed).sample(records, min(args.dialogues, len(records)))
+    result = {"meta": {"dataset": args.dataset, "model": args.model, "torch": torch.__version__,
+                       "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "args": vars(args),
+                       "load_avg_at_start": os.getloadavg()}}
+    limit = model.config.max_position_embeddings - args.max_new_tokens
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        inp = work / "sample.jsonl"
+        _write_jsonl(inp, sample)
+        if args.processes:
+            result["scaling"] = process_scaling(args, inp, work)
+            name = f"scaling_{args.dataset}"
+        else:
+            if "lengths" in args.parts:
+                result["length_profile_split"] = length_profile(records, tokenizer, limit)
+                result["length_profile_sample"] = length_profile(sample, tokenizer, limit)
+                print(json.dumps(result["length_profile_split"], indent=1), flush=True)
+            if "end_to_end" in args.parts:
+                result["end_to_end"] = end_to_end(args, inp, work)
+            if "model_level" in args.parts:
+                result["model_level"] = model_level(args, model, tokenizer, sample)
+            if args.profile:
+                result["profile"] = profile_batch(args, model, tokenizer, sample, out_dir)
+            name = f"real_lengths_{args.dataset}"
+    result["meta"]["load_avg_at_end"] = os.getloadavg()
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k != "meta"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""The fixed cost of a run before any decoding: imports, the process group and loading the model.
+
+    OMP_NUM_THREADS=1 python benchmarks/startup_probe.py
+    OMP_NUM_THREADS=1 accelerate launch --multi_gpu --num_processes 2 benchmarks/startup_probe.py
+
+Time each from outside (``/usr/bin/time -f %e``); the difference to a full run is decoding.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pmi_decode.cli  # noqa: E402,F401
+from pmi_decode.distributed import process_group  # noqa: E402
+from pmi_decode.models import load_model_and_tokenizer  # noqa: E402
+
+processes = process_group()
+load_model_and_tokenizer("embedded")
+processes.wait()
