@@ -67,7 +67,9 @@ def _settings(**kw):
     opts = dict(DECODE, **kw)
     return decode_settings(alpha=opts["alpha"], p=opts["p"], num_beams=opts["num_beams"],
                            do_sample=opts.get("do_sample", False), max_new_tokens=opts["max_new_tokens"],
-                           seed=opts["seed"])
+                           seed=opts["seed"], compare=True, batch_size=opts.get("batch_size"),
+                           max_length=opts.get("max_length"), max_history_turns=opts.get("max_history_turns"),
+                           chat_template=opts.get("chat_template"))
 
 
 def _sharded(records, output, model, tokenizer, count, **kw):
@@ -177,7 +179,7 @@ def _scored_records(n=7):
 def test_sharded_score_equals_one_process_and_resumes(tmp_path, monkeypatch):
     inp = tmp_path / "generated.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in _scored_records()))
-    flags = ["score", "--input", str(inp), "--metrics", "unigram_f1,rouge_l"]
+    flags = ["score", "--input", str(inp), "--metrics", "knowledge_f1,gold_rouge_l"]
     assert main([*flags, "--output", str(tmp_path / "single.jsonl")]) == 0
     single = _read(tmp_path / "single.jsonl")
 
