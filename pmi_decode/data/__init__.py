@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from .consistest import load_consistest
 from .faithdial import load_faithdial
 from .multidoc2dial import load_multidoc2dial
 from .records import DialogueRecord, LoadReport
@@ -12,6 +13,7 @@ from .topicalchat import load_topicalchat
 logger = logging.getLogger(__name__)
 
 LOADERS = {"faithdial": load_faithdial, "multidoc2dial": load_multidoc2dial, "topicalchat": load_topicalchat}
+LOADERS["consistest"] = load_consistest  # PersonaChat questions about stated facts (one split: valid)
 
 __all__ = ["DialogueRecord", "LoadReport", "LOADERS", "load_dialogues"]
 
