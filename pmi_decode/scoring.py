@@ -34,7 +34,7 @@ MetricFn = Callable[..., list]
 METRICS: dict[str, MetricFn] = {}
 
 #: Modules that register more metrics when imported (missing ones are skipped quietly).
-METRIC_MODULES = ["pmi_decode.metrics.q2", "pmi_decode.metrics.grammar"]
+METRIC_MODULES = ["pmi_decode.metrics.q2", "pmi_decode.metrics.grammar", "pmi_decode.metrics.nli"]
 
 RESPONSE_FIELDS = ("response", "pmi_response", "plain_response")
 DEFAULT_METRICS = ("pmi_faith", "unigram_f1", "bleu", "rouge_l")
