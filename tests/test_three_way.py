@@ -85,3 +85,58 @@ def test_bad_input():
         fit_two_thresholds([0.1, 0.2, 0.3], [NFA, GEN, FA], objective="f2")
     with pytest.raises(ValueError, match="got 2 scores but 3 class labels"):
         class_distributions([0.1, 0.2], [NFA, GEN, FA])
+
+
+def test_begin_harness_reports_three_way_and_the_nli_slot(tmp_path):
+    """eval/begin.py: the three-way view for every metric, the NLI metric from a local model
+    folder, and the NLI slot reported as unavailable when its model cannot load."""
+    import importlib.util
+    import warnings
+    from pathlib import Path
+
+    import torch
+    import yaml
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    from tests.test_q2 import wordpiece_tokenizer
+
+    torch.manual_seed(0)
+    tok = wordpiece_tokenizer(model_input_names=["input_ids", "attention_mask"])
+    model = RobertaForSequenceClassification(RobertaConfig(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=520, pad_token_id=0, num_labels=3, type_vocab_size=1,
+        id2label={0: "contradiction", 1: "neutral", 2: "entailment"},
+        label2id={"contradiction": 0, "neutral": 1, "entailment": 2}))
+    model.save_pretrained(tmp_path / "nli")
+    tok.save_pretrained(tmp_path / "nli")
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("eval_begin_three_way", root / "eval" / "begin.py")
+    begin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(begin)
+    config = {
+        "data_dir": str(root / "tests" / "fixtures" / "begin"),
+        "files": ["begin_dev_wow.tsv", "begin_dev_tc.tsv", "begin_dev_cmu.tsv"],
+        "split": {"mode": "cv", "folds": 2, "seed": 0},
+        "cache_dir": str(tmp_path / "cache"), "output_dir": str(tmp_path / "out"),
+        "metrics": [
+            {"name": "unigram_f1", "columns": {"Unigram F1": "unigram_f1"}},
+            {"name": "nli", "options": {"nli_model": str(tmp_path / "nli"), "device": "cpu"},
+             "columns": {"NLI (tiny)": "nli_entailment"}},
+            {"name": "nli", "options": {"nli_model": str(tmp_path / "no-nli-here")},
+             "columns": {"NLI (missing)": "nli_entailment"}},
+        ],
+    }
+    path = tmp_path / "begin.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = begin.main(["--config", str(path)])
+    assert "no-nli-here" in report["metrics"]["NLI (missing)"]["error"]
+    assert 0.0 <= report["metrics"]["NLI (tiny)"]["auroc"] <= 1.0
+    view = report["three_way"]["Unigram F1"]
+    assert {c: d["n"] for c, d in view["distributions"].items()} == {NFA: 6, GEN: 4, FA: 6}
+    assert set(view) >= {"pairwise_auroc", "distributions"}
+    if "error" not in view:  # 2 folds of 16 rows can leave a class out of a calibration fold
+        assert sum(sum(r.values()) for r in view["three_way"]["confusion"].values()) == 16
+    assert set(report["three_way"]) == {"Unigram F1", "NLI (tiny)"}

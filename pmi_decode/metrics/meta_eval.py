@@ -429,3 +429,49 @@ def system_level_correlation(scores, labels, *, rates: Sequence[float] = SYSTEM_
                      "confidence": confidence, "num_consistent": int((labels == 1).sum()),
                      "num_inconsistent": int((labels == 0).sum())}
     return out["score"] | {"_setup": out["_setup"]} if single else out
+
+
+def three_way_view(scores, classes, split: dict | None = None) -> dict:
+    """Everything BEGIN's three-way view reports for one metric.
+
+    ``split`` is how the binary protocol calibrates (as in ``eval/begin.py``): ``{"mode": "cv",
+    "folds": [...]}`` (the default: 5 folds stratified by class, seed 0) or ``{"mode": "files",
+    "dev": mask, "test": mask}``. Returns per-class ``distributions`` and ``pairwise_auroc`` (all
+    rows), the ``three_way`` accuracy with two thresholds fitted on dev (``three_way_macro_f1``:
+    fitted for macro-F1 instead), and ``called_faithful``: the share of each class that the binary
+    faithful-vs-rest threshold (best dev F1) calls faithful, on the test rows (out of fold in cv).
+    """
+    scores, classes = _classes(scores, classes)
+    if split is None:
+        split = {"mode": "cv", "folds": stratified_folds(classes, 5, seed=0)}
+    out = {"distributions": class_distributions(scores, classes), "pairwise_auroc": pairwise_auroc(scores, classes)}
+    try:
+        out.update(_three_way_calibrated(scores, classes, split))
+    except ValueError as err:  # a class or the faithful label missing from a calibration fold
+        out["error"] = f"three-way calibration impossible on these rows: {err}"
+    return out
+
+
+def _three_way_calibrated(scores, classes, split) -> dict:
+    labels = (classes == BEGIN_CLASSES[2]).astype(int)
+    out = {}
+    if split["mode"] == "cv":
+        folds = np.asarray(split["folds"])
+        out["three_way"] = three_way_cross_validated(scores, classes, folds)
+        out["three_way_macro_f1"] = three_way_cross_validated(scores, classes, folds, objective="macro_f1")
+        called = np.zeros(scores.size, dtype=bool)
+        for fold in sorted(set(folds.tolist())):
+            test = folds == fold
+            threshold, _ = best_f1_threshold(scores[~test], labels[~test])
+            called[test] = scores[test] >= threshold
+        test_mask = np.ones(scores.size, dtype=bool)
+    else:
+        dev, test_mask = np.asarray(split["dev"], bool), np.asarray(split["test"], bool)
+        out["three_way"] = three_way_evaluate(scores[dev], classes[dev], scores[test_mask], classes[test_mask])
+        out["three_way_macro_f1"] = three_way_evaluate(scores[dev], classes[dev], scores[test_mask],
+                                                       classes[test_mask], objective="macro_f1")
+        threshold, _ = best_f1_threshold(scores[dev], labels[dev])
+        called = scores >= threshold
+    out["called_faithful"] = {name: float(np.mean(called[test_mask & (classes == name)]))
+                              for name in BEGIN_CLASSES if (test_mask & (classes == name)).any()}
+    return out
