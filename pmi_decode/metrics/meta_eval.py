@@ -381,7 +381,7 @@ def _system_spearman(values: np.ndarray, systems: list[np.ndarray], human: np.nd
 
 def system_level_correlation(scores, labels, *, rates: Sequence[float] = SYSTEM_RATES, n_per_system: int = 100,
                              repetitions: int = 10, seed: int = 0, n_bootstrap: int = 1000,
-                             confidence: float = 0.95) -> dict:
+                             confidence: float = 0.95, n_simulations: int = 100) -> dict:
     """Spearman correlation of each metric's system mean with the human system score (Q²'s
     system-level analysis), with a bootstrap interval.
 
@@ -389,7 +389,11 @@ def system_level_correlation(scores, labels, *, rates: Sequence[float] = SYSTEM_
     simulated systems). The interval resamples the annotated set (within each label, with
     replacement) and simulates new systems ``n_bootstrap`` times with seeds derived from
     ``seed``; it covers both the choice of responses and of systems. Deterministic for a seed.
-    Returns ``{metric: {"spearman", "ci_low", "ci_high", "mean_by_rate"}}`` plus ``"_setup"``.
+    One set of ``len(rates) * repetitions`` systems gives a noisy correlation, so ``spearman`` is
+    the mean over ``n_simulations`` independent sets of systems drawn from the whole annotated
+    set (``simulation_sd``: their standard deviation); ``spearman_first`` is the first set's.
+    Returns ``{metric: {"spearman", "simulation_sd", "spearman_first", "ci_low", "ci_high",
+    "mean_by_rate"}}`` plus ``"_setup"``.
     """
     single = not isinstance(scores, dict)
     metrics = {"score": scores} if single else dict(scores)
@@ -404,10 +408,21 @@ def system_level_correlation(scores, labels, *, rates: Sequence[float] = SYSTEM_
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     systems, human, system_rates = simulate_systems(labels, rates=rates, n_per_system=n_per_system,
                                                     repetitions=repetitions, seed=seed)
+    if isinstance(n_simulations, bool) or not isinstance(n_simulations, (int, np.integer)) or n_simulations < 1:
+        raise ValueError(f"n_simulations must be a positive integer, got {n_simulations!r}")
+    simulated = {name: [] for name in arrays}
+    for k in range(int(n_simulations)):
+        sim_systems, sim_human = (systems, human) if k == 0 else simulate_systems(
+            labels, rates=rates, n_per_system=n_per_system, repetitions=repetitions, seed=[seed, 3, k])[:2]
+        for name, values in arrays.items():
+            simulated[name].append(_system_spearman(values, sim_systems, sim_human))
     out: dict = {}
     for name, values in arrays.items():
         means = values[np.asarray(systems)].mean(axis=1)
-        out[name] = {"spearman": _system_spearman(values, systems, human),
+        rhos = np.asarray(simulated[name])
+        out[name] = {"spearman": float(np.nanmean(rhos)) if np.isfinite(rhos).any() else float("nan"),
+                     "simulation_sd": float(np.nanstd(rhos)) if np.isfinite(rhos).any() else float("nan"),
+                     "spearman_first": float(rhos[0]),
                      "mean_by_rate": {str(c): float(means[system_rates == c].mean()) for c in sorted(set(rates))}}
     if n_bootstrap:
         rng = np.random.default_rng([seed, 1])
@@ -426,7 +441,8 @@ def system_level_correlation(scores, labels, *, rates: Sequence[float] = SYSTEM_
             out[name].update(ci_low=float(low), ci_high=float(high))
     out["_setup"] = {"rates": list(rates), "n_per_system": int(n_per_system), "repetitions": int(repetitions),
                      "num_systems": len(systems), "seed": seed, "n_bootstrap": int(n_bootstrap),
-                     "confidence": confidence, "num_consistent": int((labels == 1).sum()),
+                     "confidence": confidence, "n_simulations": int(n_simulations),
+                     "num_consistent": int((labels == 1).sum()),
                      "num_inconsistent": int((labels == 0).sum())}
     return out["score"] | {"_setup": out["_setup"]} if single else out
 
