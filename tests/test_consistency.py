@@ -328,3 +328,10 @@ def test_nli_metric_in_the_scoring_registry():
     rows = metric(["doc one", "doc two"], [["hi"], ["hi"]], ["a reply", ""], nli_model=judge)
     assert rows[0] == {"nli_entailment": 0.8, "nli_neutral": 0.15, "nli_contradiction": 0.05}
     assert rows[1]["nli_entailment"] == 0.0   # an empty response entails nothing
+
+
+def test_yes_no_counter_question_is_not_judged():
+    nli = TableNLI({("i don't drink coffee", "I only drink tea."): "entailment"})
+    res = one(ConsistencyScorer(nli=nli), "do you drink coffee ?", "I only drink tea. Do you like coffee?", "no", "yn",
+              "i don't drink coffee")
+    assert res["clean_response"] == "I only drink tea." and res["score"] == 1.0

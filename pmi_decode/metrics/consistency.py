@@ -22,7 +22,10 @@ Yes/no questions (expected polarity: "no" when an alternative of ``a`` is "no", 
 6. no rule fires: NLI decides, entailment 1, otherwise 0 (``nli_entailment`` /
    ``nli_no_entailment``).
 
-WH questions (the response's trailing question back to the user is dropped first):
+A trailing question back to the user ("... Do you have pets?") is dropped from every response
+before the rules and NLI see it.
+
+WH questions:
 
 1. an empty response scores 0;
 2. NLI is a safeguard: a contradiction of the fact scores 0 (``nli_contradiction``);
@@ -125,7 +128,7 @@ class ConsistencyScorer:
     # ------------------------------------------------------------------ rules
 
     def _rules(self, question: str, response: str, answer: str, kind: str, fact: str) -> dict:
-        clean = strip_counter_question(response) if kind == "wh" else response.strip()
+        clean = strip_counter_question(response)  # "... Do you have pets?" is not part of the answer
         result = {"type": kind, "question": question, "response": response, "clean_response": clean,
                   "reference": answer, "nli_premise": fact, "score": None, "decision": None, "explanation": "",
                   "nli_label": None, "nli_probabilities": None, "nli_checked": False, "_nli": False}
