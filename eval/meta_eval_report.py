@@ -205,7 +205,7 @@ def main(argv=None) -> dict:
             try:
                 metrics["NLI (entailment)"] = nli_scores(data, args.nli, nli_cache)
             except Exception as err:  # noqa: BLE001 - a model that cannot load makes the slot unavailable
-                unavailable["NLI (entailment)"] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+                unavailable["NLI (entailment)"] = f"{type(err).__name__}: {str(err).splitlines()[0][:700]}"
         for spec in args.scores:
             metrics.update(external_scores(spec, data))
         covered = np.ones(len(data["keys"]), dtype=bool)
