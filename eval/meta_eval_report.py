@@ -94,6 +94,20 @@ def nli_scores(data: dict, spec, cache: dict) -> np.ndarray:
     return out
 
 
+def token_aggregates(item: dict) -> dict:
+    """PMI-Faith's response-level scores from a per-token cache line (``token_cpmi``, ``token_upmi``;
+    with ``include_eos`` the last token is the end of sequence, dropped for the ``*_no_eos`` columns)."""
+    out = {}
+    for name in ("cpmi", "upmi"):
+        values = item.get(f"token_{name}")
+        if not isinstance(values, list) or not values:
+            continue
+        out[f"{name}_mean"], out[f"{name}_sum"] = float(np.mean(values)), float(np.sum(values))
+        if item.get("include_eos") and len(values) > 1:
+            out[f"{name}_mean_no_eos"] = float(np.mean(values[:-1]))
+    return out
+
+
 def external_scores(spec: str, data: dict) -> dict:
     """Per-row columns of one ``--scores`` file, NaN where the file does not score a row."""
     path, _, wanted = spec.partition(":") if not Path(spec).exists() else (spec, "", "")
@@ -110,6 +124,10 @@ def external_scores(spec: str, data: dict) -> dict:
                 continue
             if "key" in item and isinstance(item.get("scores"), dict):
                 by_key[item["key"]] = item["scores"]
+            elif "key" in item and isinstance(item.get("token_cpmi"), list):
+                by_key[item["key"]] = token_aggregates(item)
+            elif "key" in item:
+                by_key[item["key"]] = item
             elif {"knowledge", "response"} <= set(item):
                 message = item.get("message", item.get("history", ""))
                 if isinstance(message, list):

@@ -61,3 +61,14 @@ def test_external_scores_leave_unscored_rows_out(tmp_path):
     path.write_text(json.dumps({"key": "a", "scores": {"m": 1.0}}) + "\n" + "not json\n")
     values = report_script.external_scores(str(path), data)["part:m"]
     assert values[0] == 1.0 and np.isnan(values[1:]).all()
+
+
+def test_token_cache_lines_become_pmi_faith_columns(tmp_path):
+    report_script = load_script()
+    path = tmp_path / "tokens.jsonl"
+    path.write_text(json.dumps({"key": "a", "include_eos": True, "token_cpmi": [1.0, 2.0, 6.0],
+                                "token_upmi": [0.0, 1.0, 2.0], "tokens": ["x", "y", "</s>"]}) + "\n")
+    columns = report_script.external_scores(str(path), {"keys": ["a", "b"]})
+    assert columns["tokens:cpmi_mean"][0] == 3.0 and columns["tokens:cpmi_sum"][0] == 9.0
+    assert columns["tokens:cpmi_mean_no_eos"][0] == 1.5 and columns["tokens:upmi_mean"][0] == 1.0
+    assert np.isnan(columns["tokens:cpmi_mean"][1])
