@@ -1,7 +1,7 @@
 """BEGIN's three-way view and Q²'s system-level correlation for every metric with per-row scores.
 
     python eval/meta_eval_report.py [--begin-dir ../shared/data/begin]
-        [--audit-dir ../shared/data/faithdial_data_audit] [--scores FILE[:COL,COL]] ...
+        [--audit-dir ../shared/data/faithdial_data_audit] [--scores FILE[:COL[=LABEL],...]] ...
         [--nli none|ID|FOLDER] [--output-dir docs/results/evaluators] [--n-bootstrap 1000]
 
 Rows: BEGIN dev (every file in ``--begin-dir``; faithful = "Fully attributable") and the FaithDial
@@ -133,15 +133,18 @@ def external_scores(spec: str, data: dict) -> dict:
                 if isinstance(message, list):
                     message = message[-1] if message else ""
                 by_key[row_key(item["knowledge"], message, item["response"])] = item
-    columns = [c for c in wanted.split(",") if c] or sorted({
-        k for s in by_key.values() for k, v in s.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-        and k not in ("num_tokens", "line", "truncated")})
+    # COL or COL=LABEL items; without any, every numeric column under the name "<file stem>:<column>"
+    chosen = [item.partition("=") for item in wanted.split(",") if item]
+    labels = {col: label or f"{path.stem}:{col}" for col, _, label in chosen} or {
+        k: f"{path.stem}:{k}" for k in sorted({k for row in by_key.values() for k, v in row.items()
+                                               if isinstance(v, (int, float)) and not isinstance(v, bool)
+                                               and k not in ("num_tokens", "line", "truncated")})}
     out = {}
-    for column in columns:
+    for column, label in labels.items():
         values = np.array([float(by_key[k][column]) if k in by_key and by_key[k].get(column) is not None
                            else np.nan for k in data["keys"]])
         if np.isfinite(values).any():
-            out[f"{path.stem}:{column}"] = values
+            out[label] = values
     return out
 
 
@@ -204,7 +207,8 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--begin-dir", default="../shared/data/begin")
     parser.add_argument("--audit-dir", default="../shared/data/faithdial_data_audit")
-    parser.add_argument("--scores", action="append", default=[], help="per-row score JSONL[:COL,COL] (repeatable)")
+    parser.add_argument("--scores", action="append", default=[],
+                        help="per-row score JSONL[:COL[=LABEL],...] (repeatable; a file applies to the rows it scores)")
     parser.add_argument("--nli", default="FacebookAI/roberta-large-mnli", help="NLI model for the NLI slot; 'none' skips it")
     parser.add_argument("--output-dir", default="docs/results/evaluators")
     parser.add_argument("--n-per-system", type=int, default=100)

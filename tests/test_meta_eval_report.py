@@ -70,5 +70,7 @@ def test_token_cache_lines_become_pmi_faith_columns(tmp_path):
                                 "token_upmi": [0.0, 1.0, 2.0], "tokens": ["x", "y", "</s>"]}) + "\n")
     columns = report_script.external_scores(str(path), {"keys": ["a", "b"]})
     assert columns["tokens:cpmi_mean"][0] == 3.0 and columns["tokens:cpmi_sum"][0] == 9.0
+    named = report_script.external_scores(f"{path}:cpmi_mean=PMI-Faith (mean)", {"keys": ["a"]})
+    assert list(named) == ["PMI-Faith (mean)"] and named["PMI-Faith (mean)"][0] == 3.0
     assert columns["tokens:cpmi_mean_no_eos"][0] == 1.5 and columns["tokens:upmi_mean"][0] == 1.0
     assert np.isnan(columns["tokens:cpmi_mean"][1])
