@@ -274,7 +274,7 @@ def test_nli_unavailable_names_the_model_and_the_fix(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_nli():
-    from tests.test_q2 import wordpiece_tokenizer
+    from test_q2 import wordpiece_tokenizer
 
     torch.manual_seed(0)
     tok = wordpiece_tokenizer(model_input_names=["input_ids", "attention_mask"])

@@ -98,7 +98,7 @@ def test_begin_harness_reports_three_way_and_the_nli_slot(tmp_path):
     import yaml
     from transformers import RobertaConfig, RobertaForSequenceClassification
 
-    from tests.test_q2 import wordpiece_tokenizer
+    from test_q2 import wordpiece_tokenizer
 
     torch.manual_seed(0)
     tok = wordpiece_tokenizer(model_input_names=["input_ids", "attention_mask"])
