@@ -335,3 +335,11 @@ def test_yes_no_counter_question_is_not_judged():
     res = one(ConsistencyScorer(nli=nli), "do you drink coffee ?", "I only drink tea. Do you like coffee?", "no", "yn",
               "i don't drink coffee")
     assert res["clean_response"] == "I only drink tea." and res["score"] == 1.0
+
+
+@pytest.mark.parametrize("response,polarity", [
+    ("no doubt, i love them", "yes"), ("no problem at all", None), ("sure thing", "yes"), ("nah.", "no"),
+    ("not really, no", "no"), ("not a chance i would", None), ("yesterday i went", None),
+])
+def test_yes_no_words(response, polarity):
+    assert yes_no_word(normalize(response))[0] == polarity

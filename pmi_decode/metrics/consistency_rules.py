@@ -144,15 +144,16 @@ def keyword_recall(answer: str, response: str) -> tuple[float, list[str], list[s
     return (len(found) / len(gold) if gold else 0.0), found, missing
 
 
-_QUESTION_START = ("who", "what", "when", "where", "why", "which", "how", "do", "does", "did", "are", "is", "was",
-                   "were", "have", "has", "can", "could", "will", "would", "should", "what's", "wbu", "and you",
-                   "you?")
+_QUESTION_WORDS = ("who", "what", "when", "where", "why", "which", "how", "do", "does", "did", "are", "is", "was",
+                   "were", "have", "has", "can")
+_QUESTION_START = _QUESTION_WORDS + ("could", "will", "would", "should", "what's", "wbu", "and you", "you?")
+# Sentence ends, and a comma followed by a question word ("i have two, do you?").
+_CLAUSES = re.compile(r"(?<=[.!?;])\s+|,\s+(?=(?:" + "|".join(_QUESTION_WORDS) + r")\b)")
 
 
 def strip_counter_question(response: str) -> str:
     """The response without a trailing question back to the user ("I have two. Do you have pets?")."""
-    parts = [p for p in re.split(r"(?<=[.!?;])\s+|,\s+(?=(?:" + "|".join(_QUESTION_START[:17]) + r")\b)", response.strip())
-             if p.strip()]
+    parts = [p for p in _CLAUSES.split(response.strip()) if p.strip()]
     while len(parts) > 1 and _is_question(parts[-1]):
         parts.pop()
     return " ".join(parts).strip()
@@ -165,10 +166,10 @@ def _is_question(sentence: str) -> bool:
 
 # ------------------------------------------------------------------------------------ yes / no rules
 
-YES_WORDS = ("of course", "yes", "yeah", "yep", "yup", "yea", "yah", "sure", "absolutely", "definitely", "certainly",
+YES_WORDS = ("no doubt", "of course", "yes", "yeah", "yep", "yup", "yea", "yah", "sure", "absolutely", "definitely", "certainly",
              "indeed", "correct", "right", "totally")
 NO_WORDS = ("not really", "not at all", "no way", "nope", "nah", "no", "never", "not")
-_NOT_A_NO = ("no one", "no-one", "no matter", "no problem", "no doubt")  # "no doubt" is a yes, see below
+_NOT_A_NO = ("no one", "no-one", "no matter", "no problem")  # "no doubt" is a yes word
 _FILLERS = ("well", "oh", "um", "uh", "umm", "hmm", "haha", "hah", "lol", "ah", "wow", "hey", "hi", "ha", "ahh", "ooh")
 _CONNECTIVES = ("but", "and", "so", "too", "though", "actually", "indeed", "lol", "haha", "also", "as well", "really",
                 "i think", "sadly", "unfortunately", "luckily", "thankfully", "thanks", "sir", "maam", "ma'am")
@@ -260,12 +261,8 @@ def _opens_with(text: str, phrase: str, *, connectives: bool) -> str | None:
 def yes_no_word(response: str) -> tuple[str | None, str | None, str]:
     """``(polarity, word, rest)``: whether the (normalised) response opens with a yes or no word."""
     text = _strip_fillers(response)
-    if text.startswith(_NOT_A_NO) and not text.startswith("no doubt"):
+    if text.startswith(_NOT_A_NO):
         return None, None, text
-    if text.startswith("no doubt"):
-        rest = _opens_with(text, "no doubt", connectives=False)
-        if rest is not None:
-            return "yes", "no doubt", rest
     for word in YES_WORDS:
         rest = _opens_with(text, word, connectives=False)
         if rest is None:
