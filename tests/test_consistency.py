@@ -218,7 +218,7 @@ def test_bad_input_is_a_clear_error():
         ConsistencyScorer(nli=None, max_keywords=0)
 
 
-# ------------------------------------------------------------------------------------ text helpers
+# ------------------------------------------------------------------------------------ text rules
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -230,7 +230,7 @@ def test_number_words(text, expected):
     assert words_to_numbers(text) == expected
 
 
-def test_normalize_and_helpers():
+def test_normalize_and_text_rules():
     assert normalize("Yes , I do n't know .") == "yes, i don't know."
     assert normalize("I ' m 25") == "i'm 25"
     assert yes_no_word("no one asked me")[0] is None
