@@ -11,7 +11,8 @@ options given to :func:`score_records` (ignore the ones you do not use), and ret
 per response; its keys are column names (for example ``{"cpmi_sum": ..., "cpmi_mean": ...}``).
 A metric module registers itself on import; :data:`METRIC_MODULES` lists modules imported on
 first use, so a new metric is one module and one line there, with no change to the logic below.
-Registered here: ``pmi_faith`` (CPMI and UPMI), ``unigram_f1``, ``bleu``, ``rouge_l``.
+Registered here: ``pmi_faith`` (CPMI and UPMI), ``pmi_faith_words`` (word-level aggregations),
+``faith_score`` (the calibrated FaithScore), ``unigram_f1``, ``bleu``, ``rouge_l``.
 
 Records are the JSONL written by ``pmi-decode generate``: ``id``, ``document``, ``history``,
 ``response`` (gold, optional), ``pmi_response``, ``plain_response`` (optional). Every response
@@ -76,7 +77,7 @@ def pmi_faith_scorer(scorer_model="embedded", **options):
     from .metrics.pmi_faith import PMIFaith
 
     keys = ("chat_template", "max_length", "max_history_turns", "batch_size", "include_eos", "compute", "device",
-            "dtype", "format")
+            "dtype", "format", "allow_empty_history")
     kwargs = {k: options[k] for k in keys if options.get(k) is not None}
     if "compute" in kwargs:
         kwargs["compute"] = tuple(kwargs["compute"])
@@ -107,6 +108,40 @@ def _pmi_faith(documents, histories, responses, *, progress=False, **options):
                     row[f"{name}_mean_without_eos"] = float(sum(values)) / len(values)
         out.append(row)
     return out
+
+
+@register_metric("pmi_faith_words")
+def _pmi_faith_words(documents, histories, responses, *, progress=False, **options):
+    """Word-level PMI-Faith aggregations (``cpmi_low3``, ``cpmi_supported_share``, ...; see
+    :mod:`pmi_decode.metrics.token_aggregation`), which one wrong fact lowers more than the mean."""
+    from .metrics.token_aggregation import aggregate, load_nlp
+
+    scorer = pmi_faith_scorer(**{**options, "compute": ("cpmi", "upmi")})
+    results = scorer.score(documents, histories, responses, progress=progress, return_tokens=True)
+    nlp = load_nlp()
+    return [aggregate(r["tokens"], r["token_cpmi"], r["token_upmi"], response, history, nlp=nlp)
+            for r, response, history in zip(results, responses, histories)]
+
+
+_FAITH_SCORES: dict = {}
+
+
+@register_metric("faith_score")
+def _faith_score(documents, histories, responses, *, scorer_model="embedded", faith_score_coefficients=None,
+                 progress=False, batch_size=16, device=None, max_history_turns=None, chat_template=False,
+                 **options):
+    """The calibrated FaithScore (probability of faithful) and its features; its coefficients are
+    packaged per scorer (``embedded``, ``embedded-gemma``) or given as a JSON path."""
+    from .metrics.faith_score import FaithScore
+
+    if chat_template:
+        raise ValueError("faith_score was fitted with the plain prompt layout; score it without --chat-template")
+
+    key = (scorer_model, faith_score_coefficients, device, max_history_turns)
+    if key not in _FAITH_SCORES:
+        _FAITH_SCORES[key] = FaithScore(scorer_model, coefficients=faith_score_coefficients, batch_size=batch_size,
+                                        device=device, max_history_turns=max_history_turns)
+    return _FAITH_SCORES[key].score(documents, histories, responses, progress=progress)
 
 
 @register_metric("bertscore")
