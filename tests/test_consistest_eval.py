@@ -66,3 +66,16 @@ def test_config_errors_are_clear(tmp_path):
         consistest_eval.load_config(None, ["nonsense=1"])
     with pytest.raises(ValueError, match="distances"):
         consistest_eval.run(config(tmp_path, distances="[0, 5]"))
+
+
+def test_command_line_with_a_model_folder(tmp_path):
+    import torch
+
+    model, tok = tiny_model("gpt2", dtype=torch.float32), tiny_tokenizer("gpt2")
+    model.save_pretrained(tmp_path / "gen")
+    tok.save_pretrained(tmp_path / "gen")
+    report = consistest_eval.main(["--data-dir", str(FIXTURES), "--model", str(tmp_path / "gen"), "--nli", "none",
+                                   "--output-dir", str(tmp_path / "cli"), "--max-samples", "4",
+                                   "--set", "max_new_tokens=3", "--set", "num_beams=1", "--set", "threads=1"])
+    assert report["num_samples"] == 4 and report["model"] == str(tmp_path / "gen")
+    assert (tmp_path / "cli" / "consistest_results.json").is_file()
