@@ -15,7 +15,7 @@ Reading of the paper (Lotfi et al., GEM 2022), written down where it had to be m
 * A short answer is the question's subject and auxiliary turned round: "do you" -> "i do" /
   "i don't" / "i do not"; "are you" -> "i am" / "i'm" / "i'm not"; "have you" -> "i have" /
   "i've" / "i haven't"; "can you" -> "i can" / "i can't" / "i cannot"; "is your mom" -> "he/she/
-  it/they is/are" (we cannot know the gender, so any third-person pronoun counts); "are there" ->
+  it/they is/are" (we cannot know the gender, so any third-person pronoun counts, the verb agreeing); "are there" ->
   "there are". It counts only when it stands alone: followed by the end, punctuation or a
   connective (but, and, so, too, though, ...). "I do like it" is a long answer, left to NLI.
 * Keywords of a WH answer: its word tokens minus the articles a, an, the; recall is the share of
@@ -185,6 +185,7 @@ _CONTRACTED = {"am": "'m", "are": "'re", "is": "'s", "has": "'s", "have": "'ve",
 _FIRST_PERSON = {"are": "am", "were": "was", "is": "am"}
 _AGREEMENT = {"is": "are", "are": "is", "was": "were", "were": "was", "does": "do", "do": "does", "has": "have",
               "have": "has"}
+_SINGULAR = {"is", "was", "does", "has"}
 _YOU = {"you", "u", "ya", "yo", "youre", "you're"}
 _PRONOUNS = {"it", "they", "he", "she", "there", "we", "this", "that"}
 _QUESTION_FILLERS = ("so", "and", "but", "well", "hey", "oh", "ok", "okay", "also", "then", "really", "wow")
@@ -217,7 +218,9 @@ def short_answers(question: str) -> ShortAnswers | None:
         pairs = [(who, aux)] + ([(who, _AGREEMENT[aux])] if aux in _AGREEMENT and who == "there" else [])
     else:  # "your mom", "the family", "rob": any third-person pronoun, verb agreeing either way
         who = "third person"
-        pairs = [(p, a) for p in ("he", "she", "it", "they") for a in {aux, _AGREEMENT.get(aux, aux)}]
+        singular = aux if aux in _SINGULAR or aux not in _AGREEMENT else _AGREEMENT[aux]
+        plural = _AGREEMENT[singular] if singular in _AGREEMENT else aux
+        pairs = [(p, singular) for p in ("he", "she", "it")] + [("they", plural)]
     positive, negative = [], []
     for pronoun, verb in pairs:
         positive.append(f"{pronoun} {verb}")
