@@ -12,12 +12,17 @@ ROUGE-L from the cached values, and reports for each data set, side by side:
   the other set's values), and F1 with 5-fold cross-calibration within the set.
 
 The FaithScore (standardised L2 logistic regression on ``FEATURE_SET``, ``C`` fixed below, not
-tuned) is evaluated the same way with fitted coefficients: fit on BEGIN -> test on the audit,
+tuned) is fitted on BEGIN's labels and the data audit's *lenient* labels (entailment without
+hallucination; ``--audit-fit-labels strict`` fits the strict ones: they also mark entailed but
+uncooperative responses unfaithful, which no document-grounding feature can see, and the model
+fitted on them transferred worse to BEGIN). Evaluation always uses the strict labels (and
+reports the lenient ones beside). It is evaluated the same way with fitted coefficients: fit on BEGIN -> test on the audit,
 fit on the audit -> test on BEGIN, and 5-fold cross-fitting within each set. With
 ``--write-coefficients`` the model refitted on the union of both dev sets is written to
 ``pmi_decode/metrics/faith_score_coefficients/<scorer>.json``: the shipped coefficients.
 
-Also writes one JSONL per data set, ``<output-dir>/rows_<dataset>_<scorer>.jsonl``: one row per
+Also writes one JSONL per data set, ``<output-dir>/rows_<dataset>_<scorer>.jsonl`` (``_fit_strict``
+appended to every output name with ``--audit-fit-labels strict``): one row per
 scored response with its key, label(s), source, system, and every metric value (the FaithScore
 values there are out-of-fold predictions of the 5-fold cross-fit, ``faith_score_cross`` those of
 the model fitted on the other set).
@@ -188,6 +193,46 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def single_set_report(rows, dataset: str, args, scorer: str) -> dict:
+    """When only one dev set has enough cached rows (a slow scorer): every metric's AUROC,
+    Spearman and cross-calibrated F1 within that set, and the FaithScore cross-fitted within it
+    (no transfer, no shipped coefficients)."""
+    for row in rows:
+        row["fit_label"] = row.get("label_lenient", row["label"]) if args.audit_fit_labels == "lenient" else row["label"]
+    folds = meta_eval.stratified_folds(strata(rows), FOLDS, 0)
+    oof = np.zeros(len(rows))
+    for fold in range(FOLDS):
+        train = [r for r, f in zip(rows, folds) if f != fold]
+        test_index = np.flatnonzero(folds == fold)
+        oof[test_index] = predict(fit(train, FEATURE_SET), [rows[i] for i in test_index])
+    for row, value in zip(rows, oof):
+        row["faith_score"] = float(value)
+    labels = np.array([r["label"] for r in rows])
+    sources = np.array([r["source"] for r in rows])
+    report = {"scorer_model": args.scorer_model, "dataset": dataset, "num_rows": len(rows),
+              "num_faithful": int(labels.sum()), "by_source_rows": {s: int((sources == s).sum()) for s in set(sources)},
+              "feature_set": list(FEATURE_SET), "C": C, "folds": FOLDS, "metrics": {}}
+    lines = [f"Scorer: {args.scorer_model}; {dataset} only, {len(rows)} rows ({int(labels.sum())} faithful); "
+             "FaithScore 5-fold cross-fitted within the set.", "",
+             "| Metric | AUROC | Spearman | F1 (CV) |", "|---|---|---|---|"]
+    for name, column in REPORTED.items():
+        values = np.array([r[column] for r in rows], dtype=float)
+        cv = meta_eval.cross_validated(values, labels, sources, folds)
+        result = {"auroc": cv["auroc"], "spearman": cv["spearman"], "f1_cv": cv["f1"],
+                  "auroc_ci95": bootstrap_auroc_ci(values, labels)}
+        report["metrics"][name] = result
+        lines.append(f"| {name} | {result['auroc']:.3f} | {result['spearman']:.3f} | {result['f1_cv']:.3f} |")
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / f"rows_{dataset}_{scorer}.jsonl").open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    (out / f"faith_results_{scorer}_{dataset}_only.json").write_text(json.dumps(report, indent=2))
+    (out / f"faith_results_{scorer}_{dataset}_only.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return report
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scorer-model", default="embedded")
@@ -195,26 +240,40 @@ def main(argv=None) -> dict:
     parser.add_argument("--audit-dir", default=str(ROOT.parent / "shared" / "data" / "faithdial_data_audit"))
     parser.add_argument("--cache-dir", default=".cache/faith")
     parser.add_argument("--output-dir", default="docs/results/faith")
-    parser.add_argument("--audit-fit-labels", choices=["strict", "lenient"], default="strict",
+    parser.add_argument("--audit-fit-labels", choices=["strict", "lenient"], default="lenient",
                         help="labels of the data-audit rows the FaithScore is fitted on (evaluation always "
                              "reports the strict mapping, and the lenient one beside it)")
+    parser.add_argument("--same-rows-as", help="evaluate only the rows this other scorer has cached (outputs get "
+                        "_on_<scorer>_rows in their names); never with --write-coefficients")
     parser.add_argument("--write-coefficients", action="store_true",
                         help="write the union-fitted coefficients into the package")
     args = parser.parse_args(argv)
+    if args.same_rows_as and args.write_coefficients:
+        raise SystemExit("--same-rows-as is for comparisons; fit the shipped coefficients on every cached row")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     nlp = load_nlp()
     logger.info("spaCy loaded")
     scorer = args.scorer_model.replace("/", "_")
     dirs = {"begin": Path(args.begin_dir), "audit": Path(args.audit_dir)}
     rows = {d: build_rows(d, dirs[d], Path(args.cache_dir) / f"{d}-{scorer}.jsonl", nlp) for d in DATASETS}
+    if args.same_rows_as:
+        # Like-with-like comparisons between scorers: keep the rows the other scorer has scored too.
+        for d in DATASETS:
+            keys = set(read_cache(Path(args.cache_dir) / f"{d}-{args.same_rows_as.replace('/', '_')}.jsonl"))
+            rows[d] = [r for r in rows[d] if r["key"] in keys]
+        scorer = f"{scorer}_on_{args.same_rows_as.replace('/', '_')}_rows"
     logger.info("features: %s", {d: len(rows[d]) for d in DATASETS})
     for row in rows["begin"]:
         row["fit_label"] = row["label"]
     for row in rows["audit"]:
         row["fit_label"] = row["label_lenient"] if args.audit_fit_labels == "lenient" else row["label"]
-    for d in DATASETS:
-        if len(rows[d]) < 50:
-            raise SystemExit(f"only {len(rows[d])} cached {d} rows for {scorer}; run eval/faith_tokens.py first")
+    usable = [d for d in DATASETS if len(rows[d]) >= 50]
+    if not usable:
+        raise SystemExit(f"fewer than 50 cached rows of each dev set for {scorer}; run eval/faith_tokens.py first")
+    if len(usable) == 1:
+        return single_set_report(rows[usable[0]], usable[0], args, scorer)
+    for row in rows["begin"] + rows["audit"]:
+        row.setdefault("fit_label", row["label"])
     folds = {d: meta_eval.stratified_folds(strata(rows[d]), FOLDS, 0) for d in DATASETS}
 
     # FaithScore values: transfer (fit on the other set) and out-of-fold within the set.
@@ -236,7 +295,7 @@ def main(argv=None) -> dict:
     for d in DATASETS:
         labels = np.array([r["label"] for r in rows[d]])
         report["datasets"][d] = {"num_rows": len(rows[d]), "num_faithful": int(labels.sum()),
-                                 "cache": str(Path(args.cache_dir) / f"{d}-{scorer}.jsonl")}
+                                 "cache": str(Path(args.cache_dir) / f"{d}-{args.scorer_model.replace('/', '_')}.jsonl")}
     for name, column in REPORTED.items():
         report["metrics"][name] = {}
         for d in DATASETS:
@@ -294,7 +353,7 @@ def main(argv=None) -> dict:
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    suffix = "" if args.audit_fit_labels == "strict" else "_fit_lenient"
+    suffix = "" if args.audit_fit_labels == "lenient" else "_fit_strict"
     for d in DATASETS:
         with (out / f"rows_{d}_{scorer}{suffix}.jsonl").open("w", encoding="utf-8") as handle:
             for row in rows[d]:

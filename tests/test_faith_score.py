@@ -85,3 +85,37 @@ def test_packaged_coefficients_are_valid_when_present():
         assert all(s > 0 for s in model.spec["std"])
         assert model.spec["fitted_on"]["begin"]["num_rows"] > 0 and model.spec["fitted_on"]["audit"]["num_rows"] > 0
         assert model.spec["features"] and set(model.spec["features"]) <= set(FEATURES)
+
+
+@pytest.mark.slow
+def test_embedded_faith_score_drops_for_one_wrong_fact():
+    """End to end with the packaged SmolLM2 coefficients: one wrong year or label lowers the score."""
+    from pmi_decode.metrics import FaithScore
+
+    faith = FaithScore("embedded")
+    doc = "Miles Davis recorded Kind of Blue in 1959 for Columbia Records."
+    responses = ["Yes, Miles Davis recorded it in 1959 for Columbia.",
+                 "Yes, Miles Davis recorded it in 1972 for Columbia.",
+                 "Yes, Miles Davis recorded it in 1959 for Motown."]
+    good, wrong_year, wrong_label = faith.score([doc] * 3, [HISTORY] * 3, responses)
+    for bad in (wrong_year, wrong_label):
+        assert bad["faith_score"] < good["faith_score"]
+        assert bad["cpmi_low3"] < good["cpmi_low3"] and bad["unsupported_content"] > good["unsupported_content"]
+    assert 0.0 < wrong_year["faith_score"] < 1.0
+
+
+def test_faith_score_end_to_end_on_a_tiny_model():
+    from tiny_models import tiny_model, tiny_tokenizer
+
+    from pmi_decode.metrics import FaithScore, PMIFaith
+
+    pmi = PMIFaith(tiny_model("llama"), tiny_tokenizer("llama"), include_eos=True, allow_empty_history=True)
+    with pytest.raises(ValueError, match="pass coefficients"):
+        FaithScore(pmi)
+    faith = FaithScore(pmi, coefficients=spec())
+    rows = faith.score([DOC, DOC], [HISTORY, []], ["Yes, Miles Davis recorded it in 1959.", "It was 1972."])
+    for row in rows:
+        assert 0.0 < row["faith_score"] < 1.0
+        assert row["faith_score"] == pytest.approx(FaithModel.load(spec()).probability(row))
+    with pytest.raises(FileNotFoundError, match="no packaged FaithScore coefficients"):
+        FaithScore("org/unknown-model")  # fails before any model is loaded

@@ -171,17 +171,20 @@ class FaithScore:
     def __init__(self, scorer_model="embedded", *, coefficients=None, **pmi_options):
         from .pmi_faith import PMIFaith
 
-        if isinstance(scorer_model, PMIFaith):
+        loaded = isinstance(scorer_model, PMIFaith)
+        if loaded and coefficients is None:
+            raise ValueError("with a loaded PMIFaith, pass coefficients= (a packaged scorer name such as "
+                             "'embedded', a JSON path or a dict) fitted with that same scorer")
+        # The coefficients first: a missing file fails before a model is loaded.
+        self.model = FaithModel.load(coefficients if coefficients is not None else str(scorer_model).replace("/", "_"))
+        fitted_for = self.model.spec["scorer_model"]
+        if coefficients is None and scorer_model != fitted_for:
+            raise ValueError(f"the coefficients were fitted with scorer {fitted_for!r}, not {scorer_model!r}")
+        if loaded:
             self.pmi = scorer_model
-            name = getattr(scorer_model, "model_name", None)
         else:
-            name = scorer_model
             options = {"include_eos": True, "chat_template": False, "allow_empty_history": True, **pmi_options}
             self.pmi = PMIFaith(scorer_model, **options)
-        self.model = FaithModel.load(coefficients if coefficients is not None else name or "embedded")
-        fitted_for = self.model.spec["scorer_model"]
-        if coefficients is None and name != fitted_for:
-            raise ValueError(f"the coefficients were fitted with scorer {fitted_for!r}, not {name!r}")
         self.eos_token = self.pmi.tokenizer.eos_token if self.pmi.include_eos else None
 
     def score(self, documents, histories, responses, *, progress: bool = False) -> list[dict]:
