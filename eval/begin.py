@@ -290,6 +290,15 @@ def main(argv=None) -> dict:
             f" PARTIAL: only the {report['num_rows_evaluated']} rows scored by every metric are evaluated "
             f"(per source: {covered})."
         )
+    # BEGIN's three classes for every evaluated metric (pmi_decode.metrics.meta_eval.three_way_view;
+    # eval/meta_eval_report.py writes the tables). Off with `three_way: false` in the config.
+    if columns_values and config.get("three_way", True):
+        evaluated = [e for e, c in zip(examples, common) if c]
+        folds_or_files = split_rows(config, evaluated)  # the same calibration split as above
+        classes = np.array([e.begin_label for e in evaluated])
+        report["three_way"] = {label: meta_eval.three_way_view(values[common], classes, folds_or_files)
+                               for label, values in columns_values.items()}
+
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "begin_results.json").write_text(json.dumps(report, indent=2, default=float))
     (output_dir / "begin_results.md").write_text(markdown(report))

@@ -42,7 +42,8 @@ MetricFn = Callable[..., list]
 METRICS: dict[str, MetricFn] = {}
 
 #: Modules that register more metrics when imported (missing ones are skipped quietly).
-METRIC_MODULES = ["pmi_decode.metrics.q2", "pmi_decode.metrics.grammar", "pmi_decode.metrics.reader"]
+METRIC_MODULES = ["pmi_decode.metrics.q2", "pmi_decode.metrics.grammar", "pmi_decode.metrics.reader",
+                  "pmi_decode.metrics.nli"]
 
 RESPONSE_FIELDS = ("response", "pmi_response", "plain_response")
 DEFAULT_METRICS = ("pmi_faith", "knowledge_f1", "gold_rouge_l", "gold_bleu", "answers_question", "copy_rate",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from .consistest import load_consistest
 from .faithdial import load_faithdial
 from .faithdial_audit import load_faithdial_audit
 from .multidoc2dial import load_multidoc2dial
@@ -18,6 +19,7 @@ LOADERS = {
     "multidoc2dial": load_multidoc2dial,
     "topicalchat": load_topicalchat,
 }
+LOADERS["consistest"] = load_consistest  # PersonaChat questions about stated facts (one split: valid)
 
 __all__ = ["DialogueRecord", "LoadReport", "LOADERS", "load_dialogues"]
 
