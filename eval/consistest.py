@@ -83,7 +83,8 @@ def decode(config: dict, samples, out_dir: Path, model=None, tokenizer=None) -> 
     name = config["model"] if isinstance(config["model"], str) else type(model).__name__
     settings = decode_settings(alpha=config["alpha"], p=config["p"], num_beams=int(config["num_beams"]),
                                do_sample=bool(config["do_sample"]), max_new_tokens=int(config["max_new_tokens"]),
-                               seed=config["seed"], model_name=name)
+                               seed=config["seed"], model_name=name, compare=bool(config["compare"]),
+                               batch_size=int(config["batch_size"]))
     done = read_done_ids(path, settings)
     records = [to_record(s, document_mode=config["document_mode"]) for s in samples]
     todo = [{"id": r.id, "document": r.document, "history": r.history, "response": r.response}
