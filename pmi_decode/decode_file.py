@@ -30,7 +30,8 @@ from .inputs import (
     pad_token_id,
     use_chat_template_for,
 )
-from .processor import PMIDecode, validate_alpha_p
+from .adaptive import alpha_setting, resolve_alpha
+from .processor import PMIDecode
 
 logger = logging.getLogger(__name__)
 
@@ -171,16 +172,24 @@ def write_records(path: str | os.PathLike, records: Iterable[dict]) -> int:
     return count
 
 
-def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, model_name=None) -> dict:
-    """The settings stored with every output record (and compared on resume)."""
+def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, model_name=None,
+                    no_repeat_ngram_size=None, repetition_penalty=None, block_layout_markers=False) -> dict:
+    """The settings stored with every output record (and compared on resume). The guards are
+    written only when set, so files decoded without them still resume."""
     settings = {
-        "alpha": float(alpha),
+        "alpha": alpha_setting(alpha),
         "p": float(p),
         "num_beams": int(num_beams),
         "do_sample": bool(do_sample),
         "max_new_tokens": int(max_new_tokens),
         "seed": seed,
     }
+    if no_repeat_ngram_size:
+        settings["no_repeat_ngram_size"] = int(no_repeat_ngram_size)
+    if repetition_penalty is not None and float(repetition_penalty) != 1.0:
+        settings["repetition_penalty"] = float(repetition_penalty)
+    if block_layout_markers:
+        settings["block_layout_markers"] = True
     if model_name is not None:
         settings = {"model": str(model_name), **settings}
     return settings
@@ -217,7 +226,9 @@ def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs):
         out = pmi_generate(model, inputs, alpha=alpha, p=p, **generate_kwargs)
         return out.sequences if hasattr(out, "sequences") else out
     processor = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"])
-    return model.generate(**inputs["conditional"], logits_processor=[processor], **generate_kwargs)
+    kwargs = dict(generate_kwargs)
+    processors = list(kwargs.pop("logits_processor", None) or []) + [processor]
+    return model.generate(**inputs["conditional"], logits_processor=processors, **kwargs)
 
 
 def _texts(tokenizer, sequences: torch.Tensor, prompt_len: int, enc_dec: bool) -> list[str]:
@@ -244,6 +255,9 @@ def decode_records(
     max_history_turns: int | None = None,
     chat_template: bool | None = None,
     progress: bool = True,
+    no_repeat_ngram_size: int | None = None,
+    repetition_penalty: float | None = None,
+    block_layout_markers: bool = False,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
@@ -253,9 +267,22 @@ def decode_records(
     nucleus, so the two differ only in the PMI term. With ``seed`` set, sampling is
     reproducible: each batch is seeded from the seed and the batch's ids. ``max_length`` bounds
     the prompt (default: the model's context minus ``max_new_tokens``); the document is cut
-    first (see :func:`pmi_decode.encode_dialogue`).
+    first (see :func:`pmi_decode.encode_dialogue`). ``alpha`` may be ``"adaptive"`` (see
+    :mod:`pmi_decode.adaptive`).
+
+    Guards (applied alike to PMI-Decode and to the plain comparison): ``no_repeat_ngram_size``
+    and ``repetition_penalty`` are ``generate``'s own options; ``block_layout_markers`` bans the
+    prompt layout's markers ("Document:", "User:", "Agent:") from responses
+    (:class:`pmi_decode.guards.LayoutMarkerGuard`).
     """
-    alpha, p = validate_alpha_p(alpha, p)
+    alpha, p = resolve_alpha(alpha, p)
+    if no_repeat_ngram_size is not None and (isinstance(no_repeat_ngram_size, bool)
+                                             or not isinstance(no_repeat_ngram_size, int) or no_repeat_ngram_size < 0):
+        raise ValueError(f"no_repeat_ngram_size must be an integer >= 0 (0 = off), got {no_repeat_ngram_size!r}")
+    if repetition_penalty is not None and (isinstance(repetition_penalty, bool)
+                                           or not isinstance(repetition_penalty, (int, float))
+                                           or not repetition_penalty > 0):
+        raise ValueError(f"repetition_penalty must be a number > 0 (1 = off), got {repetition_penalty!r}")
     for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -266,7 +293,8 @@ def decode_records(
         max_length = _default_max_length(model, tokenizer, enc_dec, max_new_tokens)
     settings = decode_settings(
         alpha=alpha, p=p, num_beams=num_beams, do_sample=do_sample, max_new_tokens=max_new_tokens,
-        seed=seed, model_name=model_name,
+        seed=seed, model_name=model_name, no_repeat_ngram_size=no_repeat_ngram_size,
+        repetition_penalty=repetition_penalty, block_layout_markers=block_layout_markers,
     )
     encode_kw = dict(
         is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,
@@ -282,6 +310,15 @@ def decode_records(
     )
     if do_sample:
         generate_kwargs["top_p"] = 1.0  # PMIDecode already keeps only the top-p nucleus
+    if no_repeat_ngram_size:
+        generate_kwargs["no_repeat_ngram_size"] = no_repeat_ngram_size
+    if repetition_penalty is not None and float(repetition_penalty) != 1.0:
+        generate_kwargs["repetition_penalty"] = float(repetition_penalty)
+    if block_layout_markers:
+        from .guards import LayoutMarkerGuard, layout_markers
+
+        guard = LayoutMarkerGuard(tokenizer, layout_markers(format), vocab_size=None)
+        generate_kwargs["logits_processor"] = [guard]
     bar = None
     num_truncated = 0
     if progress:
