@@ -28,7 +28,8 @@ from numbers import Real
 
 import torch
 
-__all__ = ["AdaptiveAlpha", "jensen_shannon_bits", "resolve_alpha", "alpha_setting", "parse_alpha"]
+__all__ = ["AdaptiveAlpha", "jensen_shannon_bits", "resolve_alpha", "alpha_setting", "parse_alpha", "alpha_label",
+           "alpha_order", "alpha_size"]
 
 _LN2 = math.log(2.0)
 
@@ -132,3 +133,23 @@ def alpha_setting(alpha) -> float | str:
     """How an alpha is written into settings and output records: a float, or the adaptive spec."""
     alpha = parse_alpha(alpha)
     return alpha.spec if isinstance(alpha, AdaptiveAlpha) else float(alpha)
+
+
+def alpha_label(alpha) -> str:
+    """A short label: ``0.5`` for a number, the spec for the adaptive rule (tables, file names)."""
+    setting = alpha_setting(alpha)
+    return setting if isinstance(setting, str) else f"{setting:g}"
+
+
+def alpha_order(alpha) -> tuple:
+    """Sort key that puts fixed alphas first (by value), then adaptive rules (by max_alpha, exponent)."""
+    alpha = parse_alpha(alpha)
+    if isinstance(alpha, AdaptiveAlpha):
+        return (1, alpha.max_alpha, alpha.exponent)
+    return (0, float(alpha), 0.0)
+
+
+def alpha_size(alpha) -> float:
+    """A number to rank or colour by: the alpha itself, or an adaptive rule's ``max_alpha``."""
+    alpha = parse_alpha(alpha)
+    return alpha.max_alpha if isinstance(alpha, AdaptiveAlpha) else float(alpha)

@@ -14,6 +14,8 @@ import os
 import sys
 
 DEFAULTS = dict(alpha=0.5, p=0.9, num_beams=4, max_new_tokens=64, batch_size=8, seed=0)
+#: Guards of ``generate`` (see docs/decoding.md for the evidence behind them).
+GUARD_DEFAULTS = dict(no_repeat_ngram_size=3, repetition_penalty=1.0, block_layout_markers=True)
 DEMO_DEFAULTS = dict(alpha=0.5, p=0.9, num_beams=4, max_new_tokens=40)
 
 
@@ -31,6 +33,63 @@ def _unit_interval(name: str, *, open_left: bool):
         return value
 
     return parse
+
+
+def _alpha(text: str):
+    """--alpha: a number in [0, 1] or adaptive[:MAX_ALPHA[:EXPONENT]]."""
+    if text.strip().lower().startswith("adaptive"):
+        from .adaptive import parse_alpha
+
+        try:
+            return parse_alpha(text).spec
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return _unit_interval("--alpha", open_left=False)(text)
+
+
+def _non_negative_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 0 (0 = off), got {value}")
+        return value
+
+    return parse
+
+
+def _positive_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{name} must be > 0 (1 = off), got {text}")
+        return value
+
+    return parse
+
+
+def _add_guard_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-repeat-ngram-size", type=_non_negative_int("--no-repeat-ngram-size"),
+        default=GUARD_DEFAULTS["no_repeat_ngram_size"],
+        help="never repeat a word n-gram of this many tokens in a response; 0 = off "
+        f"(default {GUARD_DEFAULTS['no_repeat_ngram_size']})",
+    )
+    parser.add_argument(
+        "--repetition-penalty", type=_positive_float("--repetition-penalty"),
+        default=GUARD_DEFAULTS["repetition_penalty"],
+        help="generate's repetition penalty; 1 = off (default 1)",
+    )
+    parser.add_argument(
+        "--allow-layout-markers", dest="block_layout_markers", action="store_false",
+        help='let responses contain the prompt layout\'s markers ("Document:", "User:", "Agent:"), '
+        "which are banned by default",
+    )
 
 
 def _positive_int(name: str):
@@ -58,8 +117,9 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_decoding_arguments(parser: argparse.ArgumentParser, defaults: dict) -> None:
     parser.add_argument(
-        "--alpha", type=_unit_interval("--alpha", open_left=False), default=defaults["alpha"],
-        help=f"weight of the PMI term in [0, 1]; 0 is plain decoding (default {defaults['alpha']})",
+        "--alpha", type=_alpha, default=defaults["alpha"],
+        help="weight of the PMI term in [0, 1]; 0 is plain decoding; 'adaptive[:MAX_ALPHA[:EXPONENT]]' sets it "
+        f"per token from how much the document changes the next-token distribution (default {defaults['alpha']})",
     )
     parser.add_argument(
         "--p", type=_unit_interval("--p", open_left=True), default=defaults["p"],
@@ -106,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--output", required=True, help="JSONL file to write (appended to when resuming)")
     _add_model_arguments(gen)
     _add_decoding_arguments(gen, DEFAULTS)
+    _add_guard_arguments(gen)
     gen.add_argument("--do-sample", action="store_true", help="sample instead of searching (seeded by --seed)")
     gen.add_argument(
         "--batch-size", type=_positive_int("--batch-size"), default=DEFAULTS["batch_size"],
@@ -168,6 +229,8 @@ def _run_generate(args) -> int:
     settings = decode_settings(
         alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
         max_new_tokens=args.max_new_tokens, seed=args.seed, model_name=args.model,
+        no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
+        block_layout_markers=args.block_layout_markers,
     )
     if os.path.abspath(args.input) == os.path.abspath(args.output):
         raise ValueError("--output must differ from --input")
@@ -185,6 +248,8 @@ def _run_generate(args) -> int:
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed, compare=args.compare,
         model_name=args.model, max_length=args.max_input_length, max_history_turns=args.max_history_turns,
         chat_template=_chat_flag(args.chat_template), progress=not args.quiet,
+        no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
+        block_layout_markers=args.block_layout_markers,
     )
     written = write_records(args.output, outputs)
     print(f"wrote {written} dialogues to {args.output}", file=sys.stderr)

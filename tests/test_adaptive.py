@@ -161,3 +161,42 @@ def test_spec_round_trips_through_settings():
     assert alpha_setting(0.25) == 0.25
     with pytest.raises(ValueError, match="p must be"):
         PMIDecode("adaptive", 0.0)
+
+
+# ---------------------------------------------------------------------------- sweep and CLI plumbing
+def test_sweep_config_takes_adaptive_cells(tmp_path):
+    from pmi_decode.report import objective_name, table5_markdown
+    from pmi_decode.sweep import best_cell, load_sweep_config
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text('dataset: topicalchat\nsplit: valid_rare\nalphas: [0.5, "adaptive:1:0.5", 0, adaptive]\nps: [0.9]\n')
+    config = load_sweep_config(path)
+    assert config.alphas == [0.0, 0.5, "adaptive:1:0.5"]  # duplicates merged, fixed alphas first
+    names = [c.name for c in config.cells]
+    assert "alphaadaptive-1-0.5_p0.9" in names and len(names) == 6  # two methods x three alphas
+    assert objective_name("adaptive:1:0.5", 0.9) == "PMI-Decode (alpha=adaptive:1:0.5, p=0.9)"
+    rows = [{"method": "m", "alpha": a, "p": 0.9, "rouge_l": 0.1, "pmi_faith_norm": 0.2, "grammar_error_rate": 0.3}
+            for a in config.alphas]
+    assert best_cell(rows)["alpha"] == 0.0  # an exact tie goes to the plainest decoder
+    assert "| adaptive:1:0.5 |" in table5_markdown(rows, {"low": 0.0, "high": 1.0, "source": "fixed"})
+    path.write_text("dataset: topicalchat\nsplit: valid_rare\nalphas: [adaptive:3]\n")
+    with pytest.raises(ValueError, match="max_alpha"):
+        load_sweep_config(path)
+
+
+def test_cli_accepts_adaptive_alpha_and_guards():
+    from pmi_decode.cli import GUARD_DEFAULTS, build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["generate", "--input", "a.jsonl", "--output", "b.jsonl", "--alpha", "adaptive:0.8"])
+    assert args.alpha == "adaptive:0.8:0.5"
+    assert args.no_repeat_ngram_size == GUARD_DEFAULTS["no_repeat_ngram_size"]
+    assert args.block_layout_markers is True
+    args = parser.parse_args(["generate", "--input", "a", "--output", "b", "--alpha", "0.25",
+                              "--no-repeat-ngram-size", "0", "--allow-layout-markers", "--repetition-penalty", "1.2"])
+    assert (args.alpha, args.no_repeat_ngram_size, args.block_layout_markers, args.repetition_penalty) == \
+        (0.25, 0, False, 1.2)
+    for bad in (["--alpha", "adaptive:7"], ["--alpha", "1.5"], ["--no-repeat-ngram-size", "-1"],
+                ["--repetition-penalty", "0"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["generate", "--input", "a", "--output", "b", *bad])
