@@ -171,9 +171,10 @@ def score(config, inputs: list[dict]) -> None:
         if not paths["generations"].is_file():
             continue
         rows = sorted(_rows(paths["generations"]), key=lambda r: order.get(str(r["id"]), 1e9))
-        if len(rows) < len(inputs):
-            print(f"[score] {name}: only {len(rows)} of {len(inputs)} decoded; skipped", flush=True)
+        if not rows:
             continue
+        if len(rows) < len(inputs):
+            print(f"[score] {name}: {len(rows)} of {len(inputs)} turns decoded so far; scoring those", flush=True)
         if paths["scores"].is_file() and json.loads(paths["scores"].read_text()).get("n") == len(rows):
             continue
         pending.append((name, rows))
@@ -256,6 +257,10 @@ def report(config, inputs: list[dict]) -> dict:
             scored[name] = json.loads(path.read_text(encoding="utf-8"))
     if baseline not in scored:
         raise SystemExit(f"error: the baseline system {baseline!r} is not scored yet")
+    # Like with like: every system is summarised over the turns that all of them have decoded.
+    common = set.intersection(*({r["id"] for r in data["scores"]} for data in scored.values()))
+    for data in scored.values():
+        data["scores"] = [r for r in data["scores"] if r["id"] in common]
     summary = {}
     for name, data in scored.items():
         rows = data["scores"]
@@ -298,7 +303,8 @@ def markdown(result: dict) -> str:
              + " | goal |", "|---|---:|" + "---:|" * len(keys) + "---|"]
     for name, s in result["summary"].items():
         goal = result["goals"].get(name, {})
-        mark = "n/a" if not goal else ("meets" if goal["passes"] else f"{goal['num_passed']}/6")
+        mark = ("baseline" if name == result["baseline"] else "n/a" if not goal
+                else "meets" if goal["passes"] else f"{goal['num_passed']}/6")
         lines.append(f"| {name} | {s['n']} | "
                      + " | ".join(_fmt(s["means"][k], spec[k][0], spec[k][1]) for k in keys) + f" | {mark} |")
     lines += ["", f"Paired differences against `{result['baseline']}` (same turns): mean ± 95% half-width.", "",
@@ -315,6 +321,8 @@ def markdown(result: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "Goal checks (against the baseline, and the reference's faithfulness gain):", ""]
     for name, goal in result["goals"].items():
+        if name == result["baseline"]:
+            continue
         failed = [c for c, ok in goal["checks"].items() if not ok]
         lines.append(f"- {name}: " + ("meets every goal" if not failed else "misses " + ", ".join(failed)))
     lines += ["", "Examples (drawn with random.Random(examples_seed).sample over the turn ids):", ""]
