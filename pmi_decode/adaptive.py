@@ -91,7 +91,7 @@ class AdaptiveAlpha:
 
 
 def parse_alpha(value) -> float | AdaptiveAlpha:
-    """A number, an :class:`AdaptiveAlpha`, or a string: ``"0.5"``, ``"adaptive"``,
+    """A number, an :class:`AdaptiveAlpha`, or a string: ``"adaptive"``,
     ``"adaptive:MAX_ALPHA"`` or ``"adaptive:MAX_ALPHA:EXPONENT"``. Numbers are returned as given
     (range checks happen in :func:`resolve_alpha`)."""
     if isinstance(value, AdaptiveAlpha) or (isinstance(value, Real) and not isinstance(value, bool)):
@@ -100,13 +100,8 @@ def parse_alpha(value) -> float | AdaptiveAlpha:
         raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive[:MAX_ALPHA[:EXPONENT]]', got {value!r}")
     text = value.strip()
     head, _, rest = text.partition(":")
-    if head.lower() != "adaptive":
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(
-                f"alpha must be a number in [0, 1] or 'adaptive[:MAX_ALPHA[:EXPONENT]]', got {value!r}"
-            ) from None
+    if head.lower() != "adaptive":  # a number given as text is refused too: pass the number
+        raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive[:MAX_ALPHA[:EXPONENT]]', got {value!r}")
     parts = [part for part in rest.split(":")] if rest else []
     if len(parts) > 2:
         raise ValueError(f"alpha {value!r}: expected 'adaptive', 'adaptive:MAX_ALPHA' or 'adaptive:MAX_ALPHA:EXPONENT'")

@@ -141,14 +141,14 @@ def test_rule_is_scaled_by_max_alpha_and_exponent():
     ("adaptive", AdaptiveAlpha()),
     ("adaptive:0.8", AdaptiveAlpha(0.8)),
     ("Adaptive:0.8:0.25", AdaptiveAlpha(0.8, 0.25)),
-    ("0.5", 0.5),
+    (0.5, 0.5),
 ])
 def test_parse_alpha(text, expected):
     assert parse_alpha(text) == expected
 
 
 @pytest.mark.parametrize("bad", ["adaptiv", "adaptive:2", "adaptive:0", "adaptive:0.5:1.5", "adaptive:x",
-                                 "adaptive:1:1:1", None, True])
+                                 "adaptive:1:1:1", "0.5", None, True])
 def test_bad_adaptive_specs_name_the_problem(bad):
     with pytest.raises(ValueError, match="alpha|max_alpha|exponent"):
         resolve_alpha(bad, 0.9)
