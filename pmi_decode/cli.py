@@ -14,8 +14,10 @@ import os
 import sys
 
 DEFAULTS = dict(alpha=0.5, p=0.9, num_beams=4, max_new_tokens=64, batch_size=8, seed=0)
-#: Guards of ``generate`` (see docs/decoding.md for the evidence behind them).
-GUARD_DEFAULTS = dict(no_repeat_ngram_size=3, repetition_penalty=1.0, block_layout_markers=True)
+#: Guards of ``generate`` (docs/decoding.md says why): layout markers are banned; no-repeat n-grams stay
+#: off, because on decoder-only models generate counts the prompt's n-grams too, which forbids quoting
+#: the document; the repetition penalty stays off, since it penalises reusing the document's words.
+GUARD_DEFAULTS = dict(no_repeat_ngram_size=0, repetition_penalty=1.0, block_layout_markers=True)
 DEMO_DEFAULTS = dict(alpha=0.5, p=0.9, num_beams=4, max_new_tokens=40)
 
 
@@ -77,7 +79,8 @@ def _add_guard_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-repeat-ngram-size", type=_non_negative_int("--no-repeat-ngram-size"),
         default=GUARD_DEFAULTS["no_repeat_ngram_size"],
-        help="never repeat a word n-gram of this many tokens in a response; 0 = off "
+        help="never repeat a token n-gram of this size (generate's option; on decoder-only models it also "
+        f"forbids repeating n-grams of the prompt, i.e. quoting the document); 0 = off "
         f"(default {GUARD_DEFAULTS['no_repeat_ngram_size']})",
     )
     parser.add_argument(
