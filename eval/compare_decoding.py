@@ -341,6 +341,8 @@ def main(argv=None) -> int:
     parser.add_argument("--stages", default="decode,score,report")
     parser.add_argument("--systems", help="comma-separated subset of the config's systems")
     parser.add_argument("--data-dir", help="override data_dir")
+    parser.add_argument("--first-turns", type=int,
+                        help="decode only the first N of the selected turns (the same N for every system)")
     parser.add_argument("--output-dir", help="override output_dir")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
@@ -359,6 +361,8 @@ def main(argv=None) -> int:
 
         torch.set_num_threads(int(config["num_threads"]))
     inputs = _inputs(config)
+    if args.first_turns:
+        inputs = inputs[:args.first_turns]
     stages = [s.strip() for s in args.stages.split(",")]
     if "decode" in stages:
         decode(config, inputs)

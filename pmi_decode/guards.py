@@ -25,7 +25,7 @@ from typing import Sequence
 import torch
 from transformers import LogitsProcessor
 
-__all__ = ["LayoutMarkerGuard", "layout_markers"]
+__all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "layout_markers"]
 
 
 def layout_markers(format=None, tokenizer=None) -> list[str]:
@@ -117,3 +117,34 @@ class LayoutMarkerGuard(LogitsProcessor):
             banned = banned[banned < scores.shape[-1]].to(scores.device)
             scores[row, banned] = -math.inf
         return scores
+
+
+class ResponseNoRepeatNGram(LogitsProcessor):
+    r"""generate's ``no_repeat_ngram_size``, counted over the response only.
+
+    transformers' ``NoRepeatNGramLogitsProcessor`` looks at the whole sequence. For a decoder-only
+    model that includes the prompt, so it also forbids repeating any n-gram of the document: the
+    very quoting a faithful answer needs. This processor applies the same rule to the tokens
+    after ``prompt_length`` only, so loops inside the response are still blocked.
+
+    Args:
+        ngram_size: n, at least 1.
+        prompt_length: width of the prompt in ``input_ids`` (the padded conditional prompt for a
+            decoder-only model; 0, or 1 for the start token, for an encoder-decoder's decoder).
+
+    Give it to ``generate`` or :func:`~pmi_decode.pmi_generate` as a ``logits_processor``;
+    ``pmi_generate``'s paired path applies it to the conditional half, whose prompt is as wide
+    as the conditional inputs.
+    """
+
+    def __init__(self, ngram_size: int, prompt_length: int):
+        from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
+
+        for name, value, low in (("ngram_size", ngram_size, 1), ("prompt_length", prompt_length, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        self.prompt_length = prompt_length
+        self._inner = NoRepeatNGramLogitsProcessor(ngram_size)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        return self._inner(input_ids[:, self.prompt_length :], scores)

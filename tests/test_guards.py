@@ -169,3 +169,36 @@ def test_guard_scores_stay_finite_elsewhere():
     assert math.isinf(out[0, tok.convert_tokens_to_ids(":")].item())  # ":" would finish "User:"
     assert bool(torch.isfinite(out).any()) and not bool(torch.isnan(out).any())
     assert torch.equal(scores, torch.zeros(1, len(tok))), "the input scores must not be modified in place"
+
+
+def test_response_no_repeat_ngram_allows_quoting_the_prompt():
+    """generate's option forbids repeating a prompt n-gram on decoder-only models; the
+    response-only guard allows it but still bans a repeat inside the response."""
+    from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
+
+    from pmi_decode.guards import ResponseNoRepeatNGram
+
+    prompt = [5, 6, 7, 8]
+    scores = torch.zeros(1, 20)
+    quoting = torch.tensor([prompt + [5, 6]])  # the response starts to quote "5 6 7"
+    assert math.isinf(NoRepeatNGramLogitsProcessor(3)(quoting, scores.clone())[0, 7].item())
+    assert ResponseNoRepeatNGram(3, len(prompt))(quoting, scores.clone())[0, 7].item() == 0.0
+    looping = torch.tensor([prompt + [9, 10, 11, 9, 10]])  # the response repeats its own "9 10"
+    assert math.isinf(ResponseNoRepeatNGram(3, len(prompt))(looping, scores.clone())[0, 11].item())
+    with pytest.raises(ValueError, match="ngram_size"):
+        ResponseNoRepeatNGram(0, 3)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_response_no_repeat_ngram_in_both_paths(paired):
+    from pmi_decode.guards import ResponseNoRepeatNGram
+
+    model, inputs = setup("llama")
+    prompt_length = inputs["conditional"]["input_ids"].shape[1]
+    guard = ResponseNoRepeatNGram(2, prompt_length)
+    out = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, num_beams=4, max_new_tokens=10,
+                       min_new_tokens=10, logits_processor=[guard])
+    slow = model.generate(**inputs["conditional"], logits_processor=[guard, reference(model, inputs, 0.5, 0.9)],
+                          num_beams=4, max_new_tokens=10, min_new_tokens=10)
+    assert torch.equal(out, slow)
+    assert all(_generated_ngrams(row[prompt_length:].tolist(), 2) == 0 for row in out)
