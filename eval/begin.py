@@ -2,7 +2,8 @@
 
     python eval/begin.py --config configs/begin.yaml [--data-dir DIR] [--metrics a,b] [--cached-only]
 
-Reads the BEGIN TSV files named in the config, scores every response with each metric (through
+Reads the BEGIN TSV files named in the config (or, with ``dataset: faithdial_audit``, the
+FaithDial data audit's systems named in ``files``, see ``configs/begin_audit.yaml``), scores every response with each metric (through
 the :mod:`pmi_decode.scoring` registry), caches the per-row scores under ``cache_dir`` (one JSONL
 per metric and option set, appended as scoring goes, so an interrupted run resumes and an extra
 metric scores only itself), then applies the protocol of :mod:`pmi_decode.metrics.meta_eval` and
@@ -36,6 +37,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pmi_decode.data.begin import read_begin  # noqa: E402
+from pmi_decode.data.faithdial_audit import read_faithdial_audit  # noqa: E402
 from pmi_decode.metrics import meta_eval  # noqa: E402
 from pmi_decode.scoring import get_metric  # noqa: E402
 
@@ -215,8 +217,15 @@ def main(argv=None) -> dict:
                 raise SystemExit(f"--rows-per-file takes FILE=N items, got {item!r}")
             rows_per_file[name.strip()] = int(count)
     examples = []
+    dataset = config.get("dataset", "begin")
+    if dataset not in ("begin", "faithdial_audit"):
+        raise SystemExit(f"dataset must be 'begin' or 'faithdial_audit', got {dataset!r}")
     for name in files:
-        rows = read_begin(data_dir / name)
+        if dataset == "faithdial_audit":
+            # ``files`` names systems (gpt2, doha, ctrl, gold); ``label_mapping`` is strict or lenient.
+            rows = read_faithdial_audit(data_dir, systems=[name], mapping=config.get("label_mapping", "strict"))
+        else:
+            rows = read_begin(data_dir / name)
         if name in rows_per_file and rows_per_file[name] < len(rows):
             # A seeded random subset; a larger count keeps the smaller one's rows (cache reuse).
             order = np.random.default_rng(int(config.get("sample_seed", 0))).permutation(len(rows))

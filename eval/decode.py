@@ -113,7 +113,10 @@ def decode(config: dict) -> dict:
         path = out_dir / f"{config['split']}.{name}.jsonl"
         settings = decode_settings(alpha=config["alpha"], p=config["p"], num_beams=num_beams, do_sample=do_sample,
                                    max_new_tokens=int(config["max_new_tokens"]), seed=config["seed"],
-                                   model_name=config["checkpoint"])
+                                   model_name=config["checkpoint"], compare=True,
+                                   batch_size=int(config["batch_size"]), format=spec.format,
+                                   max_length=spec.max_source_length, max_history_turns=spec.max_history_turns,
+                                   chat_template=spec.chat_template)
         done = read_done_ids(path, settings)
         todo = [r for r in records if str(r["id"]) not in done]
         logger.info("%s: %d to decode (%d already in %s)", name, len(todo), len(done), path)

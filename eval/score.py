@@ -19,6 +19,8 @@ from pathlib import Path
 
 
 def parse_args(argv=None):
+    from pmi_decode.metrics.grammar import BACKENDS, DEFAULT_BACKEND
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", help="JSONL files of generated responses")
     parser.add_argument("--scorer-model", default="embedded-gemma",
@@ -33,7 +35,8 @@ def parse_args(argv=None):
     parser.add_argument("--pmi-bounds", nargs=2, type=float, metavar=("LOW", "HIGH"),
                         help="fixed min-max bounds for normalised PMI-Faith (default: min and max over the table)")
     parser.add_argument("--no-q2", action="store_true", help="skip Q²")
-    parser.add_argument("--grammar-backend", default="harper", choices=["harper", "languagetool"])
+    parser.add_argument("--grammar-backend", default=DEFAULT_BACKEND, choices=sorted(BACKENDS),
+                        help=f"grammar checker (default {DEFAULT_BACKEND}; see docs/metrics.md)")
     parser.add_argument("--language-tool-url", help="LanguageTool server URL (languagetool backend)")
     parser.add_argument("--language-tool-path", help="local LanguageTool installation (languagetool backend)")
     parser.add_argument("--output", help="write the markdown table here")

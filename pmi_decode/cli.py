@@ -226,17 +226,27 @@ def _load(args):
 
 
 def _run_generate(args) -> int:
-    from .decode_file import decode_records, decode_settings, read_dialogues_jsonl, read_done_ids, write_records
+    from .decode_file import (
+        check_output_path,
+        decode_records,
+        decode_settings,
+        read_dialogues_jsonl,
+        read_done_ids,
+        write_records,
+    )
 
     records = read_dialogues_jsonl(args.input)
     settings = decode_settings(
         alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
-        max_new_tokens=args.max_new_tokens, seed=args.seed, model_name=args.model,
+        max_new_tokens=args.max_new_tokens, seed=args.seed, model_name=args.model, compare=args.compare,
+        batch_size=args.batch_size, max_length=args.max_input_length, max_history_turns=args.max_history_turns,
+        chat_template=_chat_flag(args.chat_template), dtype=args.dtype,
         no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
         block_layout_markers=args.block_layout_markers,
     )
     if os.path.abspath(args.input) == os.path.abspath(args.output):
         raise ValueError("--output must differ from --input")
+    check_output_path(args.output, "--output")
     done = read_done_ids(args.output, settings)
     todo = [r for r in records if str(r["id"]) not in done]
     skipped = len(records) - len(todo)
@@ -250,7 +260,7 @@ def _run_generate(args) -> int:
         todo, model, tokenizer, alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed, compare=args.compare,
         model_name=args.model, max_length=args.max_input_length, max_history_turns=args.max_history_turns,
-        chat_template=_chat_flag(args.chat_template), progress=not args.quiet,
+        chat_template=_chat_flag(args.chat_template), progress=not args.quiet, extra_settings={"dtype": args.dtype},
         no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
         block_layout_markers=args.block_layout_markers,
     )

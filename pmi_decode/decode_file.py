@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import torch
+from transformers import LogitsProcessor
 
 from .inputs import (
     DialogueFormat,
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "DialogueFileError",
+    "check_output_path",
     "decode_records",
     "decode_settings",
     "read_dialogues_jsonl",
@@ -161,7 +163,7 @@ def read_done_ids(path: str | os.PathLike, settings: dict | None = None) -> set[
 
 def write_records(path: str | os.PathLike, records: Iterable[dict]) -> int:
     """Append records to a JSONL file, one complete line per write, flushed as they come."""
-    path = Path(path)
+    path = check_output_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     with open(path, "a", encoding="utf-8") as handle:
@@ -172,10 +174,15 @@ def write_records(path: str | os.PathLike, records: Iterable[dict]) -> int:
     return count
 
 
-def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, model_name=None,
-                    no_repeat_ngram_size=None, repetition_penalty=None, block_layout_markers=False) -> dict:
-    """The settings stored with every output record (and compared on resume). The guards are
-    written only when set, so files decoded without them still resume."""
+def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, model_name=None, compare=False,
+                    batch_size=None, max_length=None, max_history_turns=None, chat_template=None, format=None,
+                    no_repeat_ngram_size=None, repetition_penalty=None, block_layout_markers=False,
+                    **options) -> dict:
+    """The settings stored with every output record and compared on resume: every option that
+    can change a record's content. ``batch_size`` is one of them: it decides which dialogues share
+    a batch, hence the padding and, when sampling, each batch's seed. ``options``: further
+    content-changing options (JSON values), stored as given. The guards are written only when
+    set, so files decoded without them still resume."""
     settings = {
         "alpha": alpha_setting(alpha),
         "p": float(p),
@@ -183,6 +190,11 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
         "do_sample": bool(do_sample),
         "max_new_tokens": int(max_new_tokens),
         "seed": seed,
+        "compare": bool(compare),
+        "batch_size": None if batch_size is None else int(batch_size),
+        "max_input_length": None if max_length is None else int(max_length),
+        "max_history_turns": None if max_history_turns is None else int(max_history_turns),
+        "chat_template": chat_template,
     }
     if no_repeat_ngram_size:
         settings["no_repeat_ngram_size"] = int(no_repeat_ngram_size)
@@ -190,9 +202,82 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
         settings["repetition_penalty"] = float(repetition_penalty)
     if block_layout_markers:
         settings["block_layout_markers"] = True
+    if format is not None:
+        import dataclasses
+
+        settings["format"] = dataclasses.asdict(format) if dataclasses.is_dataclass(format) else repr(format)
+    settings.update(options)
     if model_name is not None:
         settings = {"model": str(model_name), **settings}
-    return settings
+    return json.loads(json.dumps(settings, default=str))  # as it will read back from the file (tuples -> lists)
+
+
+def check_output_path(path: str | os.PathLike, flag: str = "--output") -> Path:
+    """Refuse, with a message that says why, an output path that cannot be written: one whose
+    parent (or any folder above it) is a file, or one that is itself a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; give a file name inside it")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{flag} {path}: {parent} is a file, not a folder, so nothing can be written under it")
+            break
+    return path
+
+
+class _StepHook(LogitsProcessor):
+    """A logits processor that changes nothing and calls ``callback()`` once per decoding step,
+    so progress can move within a batch."""
+
+    def __init__(self, callback):
+        self.callback = callback
+
+    def __call__(self, input_ids, scores):
+        self.callback()
+        return scores
+
+
+class _Progress:
+    """Dialogues done, moved per decoding step: each step of a batch's ``calls`` generate calls
+    adds ``len(batch) / (calls * max_new_tokens)``, and the batch is topped up to whole dialogues
+    when it ends (a batch that stops early on EOS jumps). ``report(done, total)`` is a callable,
+    ``True`` (a tqdm bar) or ``False``."""
+
+    def __init__(self, total: int, report):
+        self.total, self.done, self.bar, self.callback = total, 0.0, None, None
+        if callable(report):
+            self.callback = report
+        elif report:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc="decoding", unit="dialogue",
+                            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total} dialogues "
+                                       "[{elapsed}<{remaining}]")
+
+    def start_batch(self, size: int, calls: int, steps: int) -> None:
+        self.batch_start, self.batch_size, self.per_step = self.done, size, size / max(1, calls * steps)
+
+    def step(self) -> None:
+        target = min(self.done + self.per_step, self.batch_start + self.batch_size * 0.999)
+        self._move(target)
+
+    def end_batch(self) -> None:
+        self._move(self.batch_start + self.batch_size)
+
+    def _move(self, target: float) -> None:
+        delta = target - self.done
+        if delta <= 0:
+            return
+        self.done = target
+        if self.bar is not None:
+            self.bar.update(delta)
+        if self.callback is not None:
+            self.callback(self.done, self.total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _default_max_length(model, tokenizer, enc_dec: bool, max_new_tokens: int) -> int | None:
@@ -254,7 +339,8 @@ def decode_records(
     max_length: int | None = None,
     max_history_turns: int | None = None,
     chat_template: bool | None = None,
-    progress: bool = True,
+    progress=True,
+    extra_settings: dict | None = None,
     no_repeat_ngram_size: int | None = None,
     repetition_penalty: float | None = None,
     block_layout_markers: bool = False,
@@ -267,8 +353,11 @@ def decode_records(
     nucleus, so the two differ only in the PMI term. With ``seed`` set, sampling is
     reproducible: each batch is seeded from the seed and the batch's ids. ``max_length`` bounds
     the prompt (default: the model's context minus ``max_new_tokens``); the document is cut
-    first (see :func:`pmi_decode.encode_dialogue`). ``alpha`` may be ``"adaptive"`` (see
-    :mod:`pmi_decode.adaptive`).
+    first (see :func:`pmi_decode.encode_dialogue`). ``progress``: ``True`` shows a bar that moves
+    with every decoding step, a callable gets ``(dialogues_done, total)`` as they move (a float:
+    a batch counts in fractions while it decodes), ``False`` shows nothing. ``extra_settings``:
+    more content-changing options the caller applied (e.g. the model's dtype), saved with the
+    settings. ``alpha`` may be ``"adaptive"`` (see :mod:`pmi_decode.adaptive`).
 
     Guards (applied alike to PMI-Decode and to the plain comparison): ``no_repeat_ngram_size``
     and ``repetition_penalty`` are ``generate``'s own options; ``block_layout_markers`` bans the
@@ -289,12 +378,15 @@ def decode_records(
     if do_sample and seed is None:
         logger.warning("sampling without a seed: the output will differ from run to run")
     enc_dec = is_encoder_decoder_model(model)
+    user_max_length = max_length
     if max_length is None:
         max_length = _default_max_length(model, tokenizer, enc_dec, max_new_tokens)
     settings = decode_settings(
         alpha=alpha, p=p, num_beams=num_beams, do_sample=do_sample, max_new_tokens=max_new_tokens,
-        seed=seed, model_name=model_name, no_repeat_ngram_size=no_repeat_ngram_size,
-        repetition_penalty=repetition_penalty, block_layout_markers=block_layout_markers,
+        seed=seed, model_name=model_name, compare=compare, batch_size=batch_size, max_length=user_max_length,
+        max_history_turns=max_history_turns, chat_template=chat_template, format=format,
+        no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
+        block_layout_markers=block_layout_markers, **(extra_settings or {}),
     )
     encode_kw = dict(
         is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,
@@ -319,12 +411,11 @@ def decode_records(
 
         guard = LayoutMarkerGuard(tokenizer, layout_markers(format), vocab_size=None)
         generate_kwargs["logits_processor"] = [guard]
-    bar = None
     num_truncated = 0
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(records), desc="decoding", unit="dialogue")
+    tracker = _Progress(len(records), progress)
+    step_kwargs = dict(generate_kwargs)
+    step_kwargs["logits_processor"] = list(generate_kwargs.get("logits_processor") or []) + [_StepHook(tracker.step)]
+    generate_kwargs = step_kwargs
     try:
         for batch in _batches(records, lengths, batch_size):
             recs = [records[i] for i in batch]
@@ -336,6 +427,7 @@ def decode_records(
             num_truncated += inputs["num_truncated"]
             prompt_len = inputs["conditional"]["input_ids"].shape[1]
             batch_seed = _batch_seed(seed, [r["id"] for r in recs]) if seed is not None else None
+            tracker.start_batch(len(recs), 2 if compare else 1, max_new_tokens)
             with torch.no_grad():
                 if batch_seed is not None:
                     torch.manual_seed(batch_seed)
@@ -358,11 +450,9 @@ def decode_records(
                     out["truncated"] = trunc
                 out["settings"] = settings
                 yield out
-            if bar is not None:
-                bar.update(len(recs))
+            tracker.end_batch()
     finally:
-        if bar is not None:
-            bar.close()
+        tracker.close()
     if num_truncated:
         logger.warning("%d of %d dialogues were cut to max_length=%s prompt tokens (document first; "
                        "see each record's 'truncated')", num_truncated, len(records), max_length)

@@ -161,43 +161,6 @@ def _conditional_processors(model, config: GenerationConfig, decoder_prompt_leng
     return procs
 
 
-def _stack(model, cond: dict, uncond: dict, pad_id: int) -> dict:
-    """One batch: the conditional rows, then the unconditional rows, each part keeping its own
-    padding and widened (on the padding side) to the wider of the two."""
-    left = not model.config.is_encoder_decoder
-    width = max(cond["input_ids"].shape[1], uncond["input_ids"].shape[1])
-
-    def widen(part: dict) -> dict:
-        extra = width - part["input_ids"].shape[1]
-        if extra == 0:
-            return part
-        pad = (extra, 0) if left else (0, extra)
-        return {
-            "input_ids": torch.nn.functional.pad(part["input_ids"], pad, value=pad_id),
-            "attention_mask": torch.nn.functional.pad(part["attention_mask"], pad, value=0),
-        }
-
-    c, u = widen(cond), widen(uncond)
-    return {key: torch.cat([c[key], u[key]], dim=0) for key in ("input_ids", "attention_mask")}
-
-
-def _first_half(output):
-    """The conditional rows of generate's output (a tensor or a ModelOutput)."""
-
-    def half(value):
-        if torch.is_tensor(value) and value.dim() > 0:
-            return value[: value.shape[0] // 2]
-        if isinstance(value, tuple) and value and torch.is_tensor(value[0]):
-            return tuple(v[: v.shape[0] // 2] for v in value)
-        return value
-
-    if torch.is_tensor(output):
-        return half(output)
-    fields = {key: half(val) for key, val in output.items()}
-    fields.pop("past_key_values", None)  # the cache holds both halves; it cannot be split here
-    return type(output)(**fields)
-
-
 def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | None = None, share_prompt: bool = True,
                  **generate_kwargs):
     """Generate with PMI-Decode; returns what ``generate`` returns for the conditional rows.
@@ -237,7 +200,7 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
             logger.info("pmi_generate: separate-cache path (%s)", blocker)
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
-        if share_prompt and "past_key_values" not in kwargs:
+        if share_prompt and "past_key_values" not in kwargs and config.cache_implementation is None:
             cache = prompt_cache(model, cond, _expansion(config))
             if cache is not None:
                 kwargs["past_key_values"] = cache
@@ -247,16 +210,16 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     pad_id = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
     if isinstance(pad_id, (list, tuple)):
         pad_id = pad_id[0]
-    joint = _stack(model, cond, uncond, 0 if pad_id is None else pad_id)
+    proc = PMIDecode(alpha, p)
+    joint = proc.stack({"conditional": cond, "unconditional": uncond}, model, pad_token_id=pad_id)
     decoder_prompt_length = 1 if enc_dec else joint["input_ids"].shape[1]
-    proc = PMIDecode(
-        alpha, p, conditional_processors=_conditional_processors(model, config, decoder_prompt_length, user_processors)
-    )
+    proc.conditional_processors = _conditional_processors(model, config, decoder_prompt_length, user_processors)
     for name in _MOVABLE:
         setattr(config, name, getattr(GenerationConfig(), name))
-    if share_prompt:
+    if share_prompt and config.cache_implementation is None:
+        # generate refuses a cache object together with cache_implementation (e.g. "static")
         cache = prompt_cache(model, joint, _expansion(config))
         if cache is not None:
             model_kwargs["past_key_values"] = cache
     output = model.generate(**joint, generation_config=config, logits_processor=[proc], **model_kwargs)
-    return _first_half(output)
+    return proc.conditional(output)

@@ -297,6 +297,9 @@ def fail_fast_if_offline(name: str) -> str:
     name = os.fspath(name)
     if os.path.exists(name) or name in EMBEDDED_MODELS:
         return name
+    if os.path.isabs(name) or name.startswith(("./", "../", "~")) or name.count("/") > 1:
+        raise ModelNotAvailableError(f"model {name!r} is not a local folder (there is no such folder) and not a hub id "
+                                     "(those read ORG/NAME)")
     offline = _hub_offline_env()
     if not offline and _hub_reachable():
         return name

@@ -20,8 +20,10 @@ Two modes:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
+import threading
 import weakref
 from numbers import Real
 
@@ -31,7 +33,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from .adaptive import AdaptiveAlpha, resolve_alpha
 
-__all__ = ["PMIDecode", "pmi_scores", "nucleus_mask", "validate_alpha_p", "prefill"]
+__all__ = ["PMIDecode", "pmi_scores", "nucleus_mask", "validate_alpha_p", "prefill", "stack_inputs", "conditional_half"]
 
 _NUCLEUS_START_K = 64
 
@@ -55,25 +57,39 @@ def nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
     probs = log_probs.exp()
     # A full sort of a 50k vocabulary dominates the processor's own cost, and a trained model's
     # nucleus almost always lies within its top few dozen tokens: try the top k first and sort
-    # everything only when some row's top k holds less than p of the mass (same set either way).
-    vocab = probs.shape[-1]
-    sorted_probs, order = probs.topk(min(vocab, _NUCLEUS_START_K), dim=-1, sorted=True)
+    # only the rows whose top k holds less than p of the mass (same set either way).
+    flat = probs.reshape(-1, probs.shape[-1])
+    keep = torch.zeros_like(flat, dtype=torch.bool)
+    k = min(flat.shape[-1], _NUCLEUS_START_K)
+    top_probs, top_order = flat.topk(k, dim=-1, sorted=True)
+    keep.scatter_(-1, top_order, _keep_sorted(top_probs, p))
+    if k < flat.shape[-1]:
+        short = (top_probs.cumsum(dim=-1)[:, -1] < p).nonzero().squeeze(-1)
+        if short.numel():
+            sorted_probs, order = flat[short].sort(dim=-1, descending=True)
+            keep[short] = torch.zeros_like(keep[short]).scatter_(-1, order, _keep_sorted(sorted_probs, p))
+    return keep.reshape(probs.shape) & finite
+
+
+def _keep_sorted(sorted_probs: torch.Tensor, p: float) -> torch.Tensor:
+    """Which of the descending-sorted tokens belong to the nucleus: those before the mass reaches p."""
     cumulative = sorted_probs.cumsum(dim=-1)
-    if order.shape[-1] < vocab and not bool((cumulative[..., -1] >= p).all()):
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        cumulative = sorted_probs.cumsum(dim=-1)
     mass_before = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], dim=-1)
-    keep_sorted = mass_before < p
-    keep_sorted[..., 0] = True
-    keep = torch.zeros_like(finite).scatter(-1, order, keep_sorted)
-    return keep & finite
+    keep = mass_before < p
+    keep[..., 0] = True
+    return keep
 
 
 def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float) -> torch.Tensor:
     """The PMI-Decode score from the conditional scores (any logits or log-probs) and the
-    unconditional log-probs; -inf outside the nucleus. Never NaN: a token the conditional
-    distribution rules out stays -inf whatever lp_u is. ``alpha`` is a float or an
-    :class:`~pmi_decode.adaptive.AdaptiveAlpha` (one weight per row, from both distributions)."""
+    unconditional log-probs; -inf outside the nucleus. ``alpha`` is a float or an
+    :class:`~pmi_decode.adaptive.AdaptiveAlpha` (one weight per row, from both distributions).
+
+    Never NaN, and nothing wins by accident: a token the conditional distribution rules out
+    stays -inf whatever lp_u is; a token whose lp_u is -inf or NaN (banned in the unconditional
+    row by a per-row processor, or a broken branch) would get an infinite or undefined PMI, so
+    it is dropped from the candidates; a row whose whole nucleus is dropped that way keeps the
+    conditional log-probs of its nucleus."""
     lp_c = torch.log_softmax(scores, dim=-1)
     keep = nucleus_mask(lp_c, p)
     if isinstance(alpha, AdaptiveAlpha) and lp_u is not None:
@@ -81,8 +97,13 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float)
     if lp_u is None or (not torch.is_tensor(alpha) and alpha == 0.0):
         combined = lp_c
     else:
-        lp_u = lp_u.to(lp_c.dtype).clamp(min=torch.finfo(lp_c.dtype).min)
-        combined = (1.0 - alpha) * lp_c + alpha * (lp_c - lp_u)
+        lp_u = lp_u.to(lp_c.dtype)
+        known = torch.isfinite(lp_u)
+        usable = keep & known
+        some = usable.any(dim=-1, keepdim=True)
+        keep = torch.where(some, usable, keep)
+        lp_u = torch.where(known, lp_u, torch.zeros_like(lp_u))
+        combined = torch.where(some, (1.0 - alpha) * lp_c + alpha * (lp_c - lp_u), lp_c)
     return torch.where(keep, combined, torch.full_like(combined, -math.inf))
 
 
@@ -115,29 +136,56 @@ def prefill(model, input_ids: torch.LongTensor, attention_mask: torch.LongTensor
     return cache, out.logits[:, -1]
 
 
+_BRANCH = threading.local()
+
+
+@contextlib.contextmanager
+def _branch_forward():
+    """Marks the forwards a document-free branch runs itself, so that no PMIDecode instance on
+    the same model takes them for generate's (a module-level flag: holding the processor here
+    would tie processor and branch into a reference cycle that keeps the KV cache alive)."""
+    _BRANCH.depth = getattr(_BRANCH, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _BRANCH.depth -= 1
+
+
+def _in_branch_forward() -> bool:
+    return getattr(_BRANCH, "depth", 0) > 0
+
+
+def _left_padded(ids: torch.LongTensor, mask: torch.Tensor, pad_id: int) -> tuple[torch.LongTensor, torch.Tensor]:
+    """The same rows with every kept token moved to the right end (decoder-only models read the
+    next-token logits at the last position, so right padding would put a pad token there)."""
+    keep = mask.bool()
+    lengths = keep.sum(-1)
+    positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    target = positions >= (ids.shape[1] - lengths).unsqueeze(-1)
+    new_ids = torch.full_like(ids, pad_id)
+    new_ids[target] = ids[keep]
+    return new_ids, target.to(mask.dtype)
+
+
 class _UnconditionalBranch:
     """The document-free branch of one generation: its own KV cache, advanced one token a step."""
 
-    def __init__(self, model, inputs: dict, input_ids: torch.LongTensor, guard):
+    def __init__(self, model, inputs: dict, input_ids: torch.LongTensor, prompts: int | None):
         self.model = model
-        self.guard = guard
         self.enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         rows, batch = input_ids.shape[0], ids.shape[0]
-        if rows % batch != 0:
+        if (prompts is not None and prompts != batch) or rows % batch != 0:
+            given = f"{prompts} prompts ({rows} rows)" if prompts is not None else f"{rows} rows"
             raise ValueError(
-                f"unconditional_inputs has {batch} rows, but generate is decoding {rows} rows; it needs one "
+                f"unconditional_inputs has {batch} rows, but generate is decoding {given}; it needs one "
                 "row per prompt given to generate (the processor expands them to beams and returned sequences)"
             )
         self.repeats = rows // batch
         self.prompt_len = input_ids.shape[1]
-        grouped = input_ids.view(batch, self.repeats, -1)
-        if not self.enc_dec and not bool((grouped == grouped[:, :1]).all()):
-            raise ValueError(
-                f"unconditional_inputs has {batch} rows, but generate's rows do not group into {batch} prompts "
-                f"of {self.repeats} copies each: pass one unconditional row per prompt given to generate"
-            )
-        with torch.no_grad(), guard():
+        if not self.enc_dec:
+            self._check_grouping(input_ids, ids, mask)
+        with torch.no_grad(), _branch_forward():
             if self.enc_dec:
                 encoder = model.get_encoder()
                 enc = encoder(input_ids=ids, attention_mask=mask, return_dict=True)
@@ -161,6 +209,29 @@ class _UnconditionalBranch:
         self.last_ids = input_ids.clone()
         self.first_logits = logits
 
+    def _check_grouping(self, input_ids, ids, mask) -> None:
+        """generate's rows must come in groups of ``repeats`` copies of one prompt; and where two
+        rows of generate share a prompt (copies, or the same dialogue twice), their unconditional
+        rows must be the same too, or the rows were paired with the wrong prompts."""
+        batch = ids.shape[0]
+        grouped = input_ids.view(batch, self.repeats, -1)
+        if not bool((grouped == grouped[:, :1]).all()):
+            raise ValueError(
+                f"unconditional_inputs has {batch} rows, but generate's rows do not group into {batch} prompts "
+                f"of {self.repeats} copies each: pass one unconditional row per prompt given to generate"
+            )
+        prompts = grouped[:, 0]
+        same_cond = (prompts[1:] == prompts[:-1]).all(-1)
+        same_uncond = (ids[1:] == ids[:-1]).all(-1) & (mask[1:] == mask[:-1]).all(-1)
+        bad = (same_cond & ~same_uncond).nonzero()
+        if bad.numel():
+            i = int(bad[0, 0])
+            raise ValueError(
+                f"unconditional_inputs rows {i} and {i + 1} differ, but generate gives them the same prompt: "
+                "with num_beams or num_return_sequences, pass one unconditional row per prompt given to "
+                "generate (before expansion), e.g. build_inputs(...)['unconditional']"
+            )
+
     def parents(self, input_ids: torch.LongTensor) -> torch.LongTensor | None:
         """Each row's parent among the previous step's rows (same prompt group, same prefix), or
         None when the sequences do not continue this generation."""
@@ -183,7 +254,7 @@ class _UnconditionalBranch:
         if not bool((parents == torch.arange(parents.numel(), device=parents.device)).all()):
             self.cache.reorder_cache(parents)
         token = input_ids[:, -1:]
-        with torch.no_grad(), self.guard():
+        with torch.no_grad(), _branch_forward():
             if self.enc_dec:
                 out = self.model(
                     encoder_outputs=self.encoder_outputs,
@@ -210,6 +281,126 @@ class _UnconditionalBranch:
         return out.logits[:, -1]
 
 
+def _pad_id(model) -> int:
+    config = getattr(model, "generation_config", None)
+    for name in ("pad_token_id", "eos_token_id"):
+        value = getattr(config, name, None)
+        if isinstance(value, (list, tuple)):
+            value = value[0] if value else None
+        if value is not None:
+            return int(value)
+    return 0
+
+
+def stack_inputs(model, inputs, pad_token_id: int | None = None) -> dict:
+    """One batch for paired mode: the conditional rows, then the unconditional rows, each part
+    keeping its own padding, widened on the padding side (left for decoder-only models) to the
+    wider of the two. ``inputs`` is what :func:`~pmi_decode.build_inputs` returns."""
+    if not hasattr(inputs, "keys") or "conditional" not in inputs or "unconditional" not in inputs:
+        raise ValueError(
+            "inputs must be what build_inputs returns, or a dict with 'conditional' and 'unconditional' entries"
+        )
+    parts = []
+    for name in ("conditional", "unconditional"):
+        part = inputs[name]
+        if not hasattr(part, "keys") or "input_ids" not in part or "attention_mask" not in part:
+            raise ValueError(f"inputs['{name}'] must hold 'input_ids' and 'attention_mask'")
+        ids, mask = part["input_ids"], part["attention_mask"]
+        if not torch.is_tensor(ids) or not torch.is_tensor(mask) or ids.dim() != 2 or ids.shape != mask.shape:
+            raise ValueError(f"inputs['{name}']['input_ids'] and ['attention_mask'] must be 2-D tensors of one shape")
+        parts.append({"input_ids": ids, "attention_mask": mask})
+    cond, uncond = parts
+    if cond["input_ids"].shape[0] != uncond["input_ids"].shape[0]:
+        raise ValueError(
+            f"inputs['conditional'] has {cond['input_ids'].shape[0]} rows but inputs['unconditional'] has "
+            f"{uncond['input_ids'].shape[0]}: they must describe the same dialogues"
+        )
+    pad_id = _pad_id(model) if pad_token_id is None else int(pad_token_id)
+    left = not model.config.is_encoder_decoder
+    width = max(cond["input_ids"].shape[1], uncond["input_ids"].shape[1])
+
+    def widen(part: dict) -> dict:
+        if left and not bool(part["attention_mask"][:, -1].all()):
+            ids, mask = _left_padded(part["input_ids"], part["attention_mask"], pad_id)
+            part = {"input_ids": ids, "attention_mask": mask}
+        extra = width - part["input_ids"].shape[1]
+        if extra == 0:
+            return part
+        pad = (extra, 0) if left else (0, extra)
+        return {
+            "input_ids": torch.nn.functional.pad(part["input_ids"], pad, value=pad_id),
+            "attention_mask": torch.nn.functional.pad(part["attention_mask"], pad, value=0),
+        }
+
+    c, u = widen(cond), widen(uncond)
+    return {key: torch.cat([c[key], u[key]], dim=0) for key in ("input_ids", "attention_mask")}
+
+
+def conditional_half(output):
+    """The conditional rows of what ``generate`` returned for a stacked batch (a tensor, or a
+    ``ModelOutput`` whose per-row fields are halved; its ``past_key_values`` is dropped, as the
+    cache holds both halves)."""
+
+    def half(value):
+        if torch.is_tensor(value) and value.dim() > 0:
+            return value[: value.shape[0] // 2]
+        if isinstance(value, tuple) and value and torch.is_tensor(value[0]):
+            return tuple(v[: v.shape[0] // 2] for v in value)
+        return value
+
+    rows = output.shape[0] if torch.is_tensor(output) else getattr(output, "sequences", None)
+    rows = rows.shape[0] if torch.is_tensor(rows) else rows
+    if rows is None or rows % 2:
+        raise ValueError(
+            "conditional() takes what generate returned for a stacked batch (an even number of rows: the "
+            "conditional half, then the unconditional half)"
+        )
+    if torch.is_tensor(output):
+        return half(output)
+    fields = {key: half(val) for key, val in output.items()}
+    fields.pop("past_key_values", None)
+    return type(output)(**fields)
+
+
+def _hook_forward(module, receiver: str, processor) -> None:
+    """A forward pre-hook on ``module`` that passes the call's kwargs to ``processor.<receiver>``
+    while the processor lives (a weak reference: the hook must not keep it alive)."""
+    ref = weakref.ref(processor)
+
+    def hook(mod, args, kwargs):
+        proc = ref()
+        if proc is not None and not _in_branch_forward():
+            getattr(proc, receiver)(args, kwargs)
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    processor._hooks.append(handle)
+    weakref.finalize(processor, handle.remove)
+
+
+def _cache_length(cache) -> int | None:
+    try:
+        return int(cache.get_seq_length())
+    except Exception:  # a cache type without a length: treat it as unknown
+        return None
+
+
+def _ran(input_ids: torch.LongTensor, cache_length: int | None, tokens) -> bool:
+    """Whether a forward that saw a cache of ``cache_length`` tokens and ran ``tokens`` ran the
+    last positions of ``input_ids`` (so a cache of length 0 means it started these sequences)."""
+    if cache_length is None or tokens is None or tokens.dim() != 2 or tokens.shape[0] != input_ids.shape[0]:
+        return False
+    if cache_length + tokens.shape[1] != input_ids.shape[1]:
+        return False
+    return torch.equal(tokens.to(input_ids.device), input_ids[:, input_ids.shape[1] - tokens.shape[1]:])
+
+
+_STACK_FIX = (
+    "build the batch with the processor: out = model.generate(**pmi.stack(inputs, model), "
+    "logits_processor=[pmi]); pmi.conditional(out)  (or use PMIDecode(alpha, p, model=model, "
+    "unconditional_inputs=inputs['unconditional']) with the conditional inputs)"
+)
+
+
 class PMIDecode(LogitsProcessor):
     r"""Re-scores each step's candidates with the PMI-Decode objective.
 
@@ -223,24 +414,46 @@ class PMIDecode(LogitsProcessor):
         model: the model passed to ``generate``; runs the document-free branch (separate mode).
         unconditional_inputs: ``{"input_ids", "attention_mask"}`` of the document-free inputs,
             one row per prompt given to ``generate`` (before beam or ``num_return_sequences``
-            expansion). Encoder inputs for encoder-decoder models; the left-padded history-only
-            prompt for decoder-only models.
+            expansion). Encoder inputs for encoder-decoder models; the history-only prompt for
+            decoder-only models (right-padded rows are moved to left padding).
         conditional_processors: paired mode only: processors applied to the conditional half
             before scoring (``pmi_generate`` moves ``min_new_tokens`` here so the unconditional
             half sees the raw distribution, exactly as in separate mode).
 
-    With ``alpha = 0`` and ``p = 1`` the scores pass through untouched, so decoding equals plain
-    ``generate`` token for token. One instance can serve several ``generate`` calls: a new
-    generation is detected (the model starts from an empty cache, or the sequences do not
-    continue the previous step) and the branch's state is rebuilt.
+    Two ways to use it:
 
-    Example:
+    * separate mode, ``PMIDecode(alpha, p, model=model, unconditional_inputs=...)``: give
+      ``generate`` the conditional inputs; the processor runs the document-free branch itself,
+      in any mode (greedy, beam search, beam sampling, sampling).
+    * paired mode, ``PMIDecode(alpha, p)``: give ``generate`` the batch :meth:`stack` builds
+      (conditional rows, then unconditional rows) and take the answers back with
+      :meth:`conditional`. One forward per step serves both halves; greedy and beam search
+      only. The processor refuses any batch that :meth:`stack` did not build.
+
+    With ``alpha = 0`` and ``p = 1`` the scores pass through untouched, so decoding equals plain
+    ``generate`` token for token. One instance can serve several ``generate`` calls: each call
+    starts a new generation (seen from the fresh KV cache generate hands the model). Anything
+    it cannot verify raises a ``ValueError`` rather than decode on a wrong branch: assisted
+    decoding, ``use_cache=False``, sequences that do not continue the previous step, an
+    unconditional batch that does not match generate's prompts, a model in training mode.
+
+    Example (separate mode):
 
     ```python
     >>> from pmi_decode import PMIDecode, build_inputs
     >>> inputs = build_inputs(tokenizer, [document], [history], model=model)
     >>> pmi = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"])
     >>> out = model.generate(**inputs["conditional"], logits_processor=[pmi], num_beams=4)
+    ```
+
+    Example (paired mode):
+
+    ```python
+    >>> from pmi_decode import PMIDecode
+    >>> pmi = PMIDecode(0.5, 0.9)
+    >>> out = model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], num_beams=4)
+    >>> answers = pmi.conditional(out)          # the conditional rows of generate's output
+    >>> new_tokens = answers[:, pmi.prompt_width:] if not model.config.is_encoder_decoder else answers
     ```
     """
 
@@ -270,26 +483,82 @@ class PMIDecode(LogitsProcessor):
         self.conditional_processors = LogitsProcessorList(conditional_processors or [])
         self.model = model
         self.unconditional_inputs = None
+        self._hooks: list = []
         self._branch: _UnconditionalBranch | None = None
-        self._new_generation = True
-        self._no_cache = False
-        self._own_call = False
-        self._paired_start: int | None = None
-        self._paired_len: int | None = None
+        self._generation_cache = None  # weak reference to the KV cache of generate's current call
+        self._forwards: list = []  # (weak ref to the cache, its length, tokens run) per forward since the last step
+        self._encoder_runs: list = []  # input ids of the encoder runs outside the branch since the last step
+        self._stacked: dict | None = None
+        self._stacked_expanded: dict = {}
+        self._paired_length: int | None = None  # decoder length at the last paired step (encoder-decoder)
         if not self.paired:
-            self.unconditional_inputs = self._check_unconditional(unconditional_inputs, model)
             if getattr(model, "training", False):
                 raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
-            # Learn of every new generation: generate's first forward starts from an empty cache.
-            ref = weakref.ref(self)
+            self.unconditional_inputs = self._check_unconditional(unconditional_inputs, model)
+            self._watch(model)
 
-            def hook(module, args, kwargs):
-                proc = ref()
-                if proc is not None:
-                    proc._on_model_forward(kwargs)
+    # ---- what the processor learns from the model's forwards -------------------------------
 
-            handle = model.register_forward_pre_hook(hook, with_kwargs=True)
-            weakref.finalize(self, handle.remove)
+    def _watch(self, model) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        self._watched = weakref.ref(model)
+        # a peft model's generate runs the wrapped transformers model's forward, not its own
+        inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+        _hook_forward(inner, "_on_model_forward", self)
+        if getattr(model.config, "is_encoder_decoder", False):
+            _hook_forward(model.get_encoder(), "_on_encoder_forward", self)
+
+    def _on_model_forward(self, args, kwargs) -> None:
+        cache = kwargs.get("past_key_values")
+        if cache is None or not hasattr(cache, "get_seq_length"):
+            return  # not generate's forward (a scoring call, another processor): nothing to learn
+        try:
+            ref = weakref.ref(cache)
+        except TypeError:
+            return
+        tokens = kwargs.get("decoder_input_ids", kwargs.get("input_ids"))
+        self._forwards.append((ref, _cache_length(cache), tokens if torch.is_tensor(tokens) else None))
+        del self._forwards[:-8]
+
+    def _on_encoder_forward(self, args, kwargs) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if torch.is_tensor(ids):
+            self._encoder_runs.append(ids)
+            del self._encoder_runs[:-8]
+
+    def _starts_generation(self, input_ids: torch.LongTensor) -> bool:
+        """Whether this step opens a new generate call; raises if no generate forward was seen."""
+        forwards, self._forwards = self._forwards, []
+        if not forwards:
+            raise ValueError(
+                "PMIDecode saw no forward of the model with a KV cache since its last step. It scores one step "
+                "per forward of generate: assisted or speculative decoding (assistant_model=, "
+                "prompt_lookup_num_tokens=) and use_cache=False are not supported, and model= must be the "
+                "model given to generate"
+            )
+        # generate's forward for this step is the one that ran exactly these sequences' last tokens
+        # (forwards of other generate calls and of other processors may sit in the list too); a
+        # static cache is reused across calls, so an empty one opens a generation whatever its identity
+        matching = [(ref, length) for ref, length, tokens in forwards if _ran(input_ids, length, tokens)]
+        # a model whose forwards cannot be matched to the tokens falls back on the cache's identity
+        candidates = matching or [(ref, length) for ref, length, _ in forwards]
+        current = self._generation_cache() if self._generation_cache is not None else None
+        if current is not None and any(ref() is current and length > 0 for ref, length in candidates):
+            return False
+        self._generation_cache = candidates[-1][0]
+        return True
+
+    def reset(self) -> None:
+        """Forget the current generation (not needed between generate calls: they are detected)."""
+        self._branch = None
+        self._generation_cache = None
+        self._forwards = []
+        self._encoder_runs = []
+        self._paired_length = None
+
+    # ---- separate mode ------------------------------------------------------------------------
 
     @staticmethod
     def _check_unconditional(inputs, model) -> dict:
@@ -308,68 +577,111 @@ class PMIDecode(LogitsProcessor):
             )
         if bool((mask.sum(-1) == 0).any()):
             raise ValueError("unconditional_inputs has a row with no tokens (attention_mask all zero)")
+        if not model.config.is_encoder_decoder and not bool(mask[:, -1].all()):
+            ids, mask = _left_padded(ids, mask, _pad_id(model))
         return {"input_ids": ids, "attention_mask": mask}
 
-    def _on_model_forward(self, kwargs) -> None:
-        if self._own_call:
-            return
-        cache = kwargs.get("past_key_values")
-        if cache is None:
-            if kwargs.get("use_cache") is False:
-                self._no_cache = True
-            self._new_generation = True
-        elif hasattr(cache, "get_seq_length") and cache.get_seq_length() == 0:
-            self._new_generation = True
-
-    def _guard(self):
-        proc = self
-
-        class _Own:
-            def __enter__(self):
-                proc._own_call = True
-
-            def __exit__(self, *exc):
-                proc._own_call = False
-
-        return _Own()
-
-    def reset(self) -> None:
-        """Forget the current generation (normally not needed: new generations are detected)."""
-        self._branch = None
-        self._new_generation = True
-        self._paired_start = self._paired_len = None
-
     def _unconditional_log_probs(self, input_ids: torch.LongTensor, dtype) -> torch.Tensor:
-        if self._no_cache:
-            raise ValueError("PMIDecode needs generate's KV cache: do not pass use_cache=False")
-        parents = None
-        if self._branch is not None and not self._new_generation:
-            parents = self._branch.parents(input_ids)
-        if parents is None:
-            self._branch = _UnconditionalBranch(self.model, self.unconditional_inputs, input_ids, self._guard)
-            self._new_generation = False
+        if getattr(self.model, "training", False):
+            raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
+        if self._starts_generation(input_ids) or self._branch is None:
+            # generate ran its encoder once on its prompts since the last step (other encoder runs,
+            # e.g. a scoring call, may have happened too): one of them must match the unconditional rows
+            runs, self._encoder_runs = [ids.shape[0] for ids in self._encoder_runs], []
+            batch = self.unconditional_inputs["input_ids"].shape[0]
+            prompts = None if not runs or batch in runs else runs[-1]
+            self._branch = _UnconditionalBranch(self.model, self.unconditional_inputs, input_ids, prompts)
             logits = self._branch.first_logits
         else:
+            parents = self._branch.parents(input_ids)
+            if parents is None:
+                raise ValueError(
+                    "PMIDecode: the sequences generate handed over do not continue the previous step (each row "
+                    "must extend one previous row of its prompt by one token). Assisted or speculative decoding "
+                    "and sequences edited between steps are not supported; call pmi.reset() before reusing the "
+                    "processor on unrelated sequences"
+                )
             logits = self._branch.step(input_ids, parents)
+        self._encoder_runs = []
+        if bool(torch.isnan(logits).any()):
+            rows = torch.isnan(logits).any(-1).nonzero().flatten().tolist()
+            raise ValueError(
+                f"the document-free branch returned NaN logits (rows {rows[:8]}): the model's numerics fail on "
+                "the unconditional inputs (try float32, or check their padding)"
+            )
         return torch.log_softmax(logits.to(dtype), dim=-1)
 
-    def _paired_call(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-        rows = scores.shape[0]
-        if rows % 2:
+    # ---- paired mode --------------------------------------------------------------------------
+
+    def stack(self, inputs, model, pad_token_id: int | None = None) -> dict:
+        """The model kwargs of the paired batch for ``generate`` (conditional rows, then
+        unconditional rows), remembered so the processor can verify that generate runs exactly
+        this batch. ``inputs`` is what :func:`~pmi_decode.build_inputs` returns."""
+        if not self.paired:
+            raise ValueError("stack() is for PMIDecode(alpha, p) without model=; this instance runs its own branch")
+        batch = stack_inputs(model, inputs, pad_token_id)
+        if getattr(self, "_watched", lambda: None)() is not model:
+            self._watch(model)
+        self._stacked = {"input_ids": batch["input_ids"].clone(), "enc_dec": bool(model.config.is_encoder_decoder)}
+        self._stacked_expanded = {}
+        self._encoder_runs = []
+        self._paired_length = None
+        return batch
+
+    @property
+    def prompt_width(self) -> int:
+        """Width of the stacked prompt: generated tokens start there in a decoder-only output."""
+        if self._stacked is None:
+            raise ValueError("no stacked batch yet: call pmi.stack(inputs, model) first")
+        return self._stacked["input_ids"].shape[1]
+
+    @staticmethod
+    def conditional(output):
+        """The conditional rows of what ``generate`` returned for a :meth:`stack` batch."""
+        return conditional_half(output)
+
+    def _verify_stacked(self, input_ids: torch.LongTensor) -> int:
+        """Check that generate runs the batch stack() built; return where the halves' shared
+        decoded tokens start."""
+        if self._stacked is None:
+            raise ValueError(f"PMIDecode(alpha, p) without model= scores a stacked batch it built itself: {_STACK_FIX}")
+        stacked = self._stacked["input_ids"]
+        rows = input_ids.shape[0]
+        if rows % stacked.shape[0]:
             raise ValueError(
-                f"paired PMIDecode (no model given) expects the conditional rows followed by as many "
-                f"unconditional rows, but got an odd number of rows ({rows})"
+                f"PMIDecode(alpha, p): generate runs {rows} rows, not a multiple of the {stacked.shape[0]} rows "
+                f"stack() built: {_STACK_FIX}"
             )
-        half = rows // 2
-        length = input_ids.shape[1]
-        if self._paired_len is None or length != self._paired_len + 1:
-            self._paired_start = length
-        self._paired_len = length
-        start = self._paired_start
+        copies = rows // stacked.shape[0]
+        if self._stacked["enc_dec"]:
+            # decoder sequences restart at each generate call: check the encoder batch that call ran
+            # (later encoder runs between steps, e.g. a scoring call, are not generate's)
+            last, self._paired_length = self._paired_length, input_ids.shape[1]
+            if last is not None and input_ids.shape[1] == last + 1:
+                self._encoder_runs = []
+                return 0
+            runs, self._encoder_runs = self._encoder_runs, []
+            if not any(ids.shape == stacked.shape and torch.equal(ids.to(stacked.device), stacked) for ids in runs):
+                raise ValueError(
+                    f"PMIDecode(alpha, p): generate's encoder inputs are not the stacked batch: {_STACK_FIX}"
+                )
+            return 0
+        if copies not in self._stacked_expanded:
+            self._stacked_expanded = {copies: stacked.to(input_ids.device).repeat_interleave(copies, dim=0)}
+        width = stacked.shape[1]
+        if input_ids.shape[1] < width or not torch.equal(input_ids[:, :width], self._stacked_expanded[copies]):
+            raise ValueError(f"PMIDecode(alpha, p): generate's prompts are not the stacked batch: {_STACK_FIX}")
+        return width
+
+    def _paired_call(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        start = self._verify_stacked(input_ids)
+        if getattr(self._watched(), "training", False):
+            raise ValueError("model is in training mode: call model.eval() so both halves see the same model")
+        half = scores.shape[0] // 2
         if not torch.equal(input_ids[:half, start:], input_ids[half:, start:]):
             raise ValueError(
                 "paired PMIDecode: the conditional and unconditional halves decoded different tokens. Paired "
-                "mode supports greedy search and beam search only; for sampling use "
+                "mode works with greedy search and beam search only; for sampling use "
                 "PMIDecode(alpha, p, model=..., unconditional_inputs=...) or pmi_generate"
             )
         cond = scores[:half]
@@ -378,6 +690,8 @@ class PMIDecode(LogitsProcessor):
         if self.alpha == 0.0 and self.p >= 1.0:
             return torch.cat([cond, cond], dim=0)
         lp_u = torch.log_softmax(scores[half:], dim=-1) if self.alpha != 0.0 else None
+        if lp_u is not None and bool(torch.isnan(lp_u).any()):
+            raise ValueError("paired PMIDecode: the unconditional half's scores hold NaN")
         out = pmi_scores(cond, lp_u, self.alpha, self.p)
         return torch.cat([out, out], dim=0)
 

@@ -109,16 +109,44 @@ def response_sets_from_records(records: Sequence[dict], *, source: str | None = 
     return list(groups.values())
 
 
+READER_SUMMARY = ("knowledge_f1", "answers_question", "question_overlap", "copy_rate", "distinct_2",
+                  "repeated_3gram_rate")
+
+
+def add_reader_measures(rs: ResponseSet, *, sentence_encoder=None) -> ResponseSet:
+    """Add the reader-facing measures of :mod:`pmi_decode.metrics.reader` to ``rs.scores`` where
+    they are missing (they need no scorer model, so score files written before they existed get
+    them at report time). When the sentence encoder cannot be loaded, ``answers_question`` is the
+    lexical overlap and ``rs.notes["answers_question"]`` says so."""
+    from .metrics.reader import reader_measures
+
+    if not rs.scores or all(all(k in row for k in READER_SUMMARY) for row in rs.scores):
+        return rs
+    try:
+        rows = reader_measures(rs.documents, rs.histories, rs.responses, encoder=sentence_encoder)
+        rs.notes.pop("answers_question", None)
+    except Exception as err:  # the encoder's package missing, offline without it, ...
+        rows = reader_measures(rs.documents, rs.histories, rs.responses, semantic=False)
+        rs.notes["answers_question"] = (f"lexical content-word overlap (sentence encoder unavailable: "
+                                        f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+        logger.warning("answers_question for %s: %s", rs.label, rs.notes["answers_question"])
+    for row, extra in zip(rs.scores, rows):
+        for key, value in extra.items():
+            row.setdefault(key, value)
+    return rs
+
+
 def score_response_set(rs: ResponseSet, *, pmi_scorer=None, grammar_checker=None, q2=None,
-                       progress: bool = False) -> ResponseSet:
+                       progress: bool = False, reader: bool = True, sentence_encoder=None) -> ResponseSet:
     """Fill ``rs.scores`` (one dict per response) and return ``rs``.
 
     ``pmi_scorer``: a :class:`~pmi_decode.metrics.PMIFaith` (None: no PMI-Faith). ``grammar_checker``:
-    a checker or backend name (None: Harper). ``q2``: a callable ``(documents, histories,
+    a checker or backend name (None: the grammar module's default, quire). ``q2``: a callable ``(documents, histories,
     responses) -> [{"q2": ...}]`` such as :func:`pmi_decode.metrics.q2.q2_metric`, or None; when
-    it fails (its models cannot be loaded) the reason lands in ``rs.notes["q2"]``.
+    it fails (its models cannot be loaded) the reason lands in ``rs.notes["q2"]``. ``reader``:
+    also the reader-facing measures (:func:`add_reader_measures`).
     """
-    from .metrics.grammar import get_checker
+    from .metrics.grammar import DEFAULT_BACKEND, get_checker
 
     n = len(rs.responses)
     rows = [{"id": rs.ids[i]} for i in range(n)]
@@ -140,7 +168,7 @@ def score_response_set(rs: ResponseSet, *, pmi_scorer=None, grammar_checker=None
 
         for row, b, r in zip(rows, bleu(rs.responses, rs.golds), rouge_l(rs.responses, rs.golds)):
             row["bleu"], row["rouge_l"] = b, r
-    checker = get_checker("harper" if grammar_checker is None else grammar_checker)
+    checker = get_checker(DEFAULT_BACKEND if grammar_checker is None else grammar_checker)
     for row, count in zip(rows, checker.count_errors(rs.responses)):
         row["grammar_errors"], row["ungrammatical"] = int(count), int(count > 0)
     if q2 is not None:
@@ -151,6 +179,8 @@ def score_response_set(rs: ResponseSet, *, pmi_scorer=None, grammar_checker=None
             rs.notes["q2"] = f"unavailable: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             logger.warning("Q² not computed for %s: %s", rs.label, rs.notes["q2"])
     rs.scores = rows
+    if reader:
+        add_reader_measures(rs, sentence_encoder=sentence_encoder)
     return rs
 
 
@@ -199,7 +229,11 @@ def _corpus_bleu(responses, golds) -> float:
 def summarise(sets: Sequence[ResponseSet], *, statistic: str = "cpmi_sum", fixed_bounds=None) -> tuple[list[dict], dict]:
     """One summary dict per set (``method``, ``objective``, ``n``, ``pmi_faith`` (raw mean),
     ``pmi_faith_norm``, ``q2``, ``bleu`` (corpus BLEU, 0-100), ``rouge_l`` (mean F, 0-1),
-    ``grammar_error_rate`` (0-1), ``notes``), and the bounds used for normalisation."""
+    ``grammar_error_rate`` (0-1), the means of the reader measures in :data:`READER_SUMMARY`
+    (``None`` where not scored), ``corpus_distinct_2``, ``notes``), and the bounds used for
+    normalisation."""
+    from .metrics.reader import corpus_distinct_n
+
     bounds = pmi_bounds(sets, statistic, fixed_bounds)
     out = []
     for s in sets:
@@ -216,6 +250,8 @@ def summarise(sets: Sequence[ResponseSet], *, statistic: str = "cpmi_sum", fixed
             "bleu": _corpus_bleu(s.responses, s.golds) if s.golds is not None and rows else None,
             "rouge_l": _mean([r["rouge_l"] for r in rows if "rouge_l" in r]),
             "grammar_error_rate": _mean([r["ungrammatical"] for r in rows if "ungrammatical" in r]),
+            **{k: _mean([r.get(k) for r in rows]) for k in READER_SUMMARY},
+            "corpus_distinct_2": corpus_distinct_n(s.responses, 2) if s.responses else None,
             "notes": dict(s.notes),
             **{k: s.meta[k] for k in ("alpha", "p") if k in s.meta},
         }
@@ -261,6 +297,30 @@ def table4_markdown(summaries: Sequence[dict], bounds: dict, *, scorer: str | No
     notes.append("BLEU: corpus sacreBLEU (0-100) against the gold responses; ROUGE-L: mean F-measure (0-1); "
                  "grammar errors: share of responses with at least one proposed correction.")
     return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
+
+
+def reader_markdown(summaries: Sequence[dict]) -> str:
+    """What a reader notices, one row per set: knowledge F1 (against the document), ROUGE-L
+    (against the human response), answers-the-question, copy rate, distinct-2 (within a
+    response and over the set), repeated 3-grams and grammar errors."""
+    lines = ["| Decoding | Objective | Knowledge F1 | ROUGE-L (gold) | Answers the question | Copy rate | "
+             "distinct-2 | distinct-2 (set) | Repeated 3-grams | Grammar errors |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in summaries:
+        grammar = None if s.get("grammar_error_rate") is None else 100 * s["grammar_error_rate"]
+        repeated = None if s.get("repeated_3gram_rate") is None else 100 * s["repeated_3gram_rate"]
+        lines.append(
+            f"| {s['method']} | {s['objective']} | {_cell(s.get('knowledge_f1'), '.3f')} | "
+            f"{_cell(s.get('rouge_l'), '.3f')} | {_cell(s.get('answers_question'), '.3f')} | "
+            f"{_cell(s.get('copy_rate'), '.3f')} | {_cell(s.get('distinct_2'), '.3f')} | "
+            f"{_cell(s.get('corpus_distinct_2'), '.3f')} | {_cell(repeated, '.1f')}% | {_cell(grammar, '.1f')}% |")
+    notes = sorted({s["notes"]["answers_question"] for s in summaries if "answers_question" in s.get("notes", {})})
+    text = ("Answers the question: cosine similarity of the response and the last user turn (all-MiniLM-L6-v2); "
+            "copy rate: longest span copied verbatim from the document over the response length; "
+            "repeated 3-grams: share of a response's 3-grams that repeat an earlier one. See docs/metrics.md.")
+    if notes:
+        text += " Answers the question here: " + "; ".join(notes) + "."
+    return "\n".join(lines) + "\n\n" + text + "\n"
 
 
 def table5_markdown(summaries: Sequence[dict], bounds: dict, *, method: str | None = None) -> str:
@@ -325,6 +385,7 @@ def score_files(paths: Sequence, *, scorer_model="embedded-gemma", scorer_option
     summaries, bounds = summarise(sets, statistic=statistic, fixed_bounds=fixed_bounds)
     name = scorer_model if isinstance(scorer_model, str) else type(getattr(scorer, "model", scorer)).__name__
     markdown = table4_markdown(summaries, bounds, scorer=None if scorer is None else name)
+    markdown += "\n" + reader_markdown(summaries)
     return {"sets": sets, "summaries": summaries, "bounds": bounds, "markdown": markdown}
 
 

@@ -7,11 +7,19 @@ A metric is a callable registered under a name::
         ...
 
 It receives parallel lists (``histories`` items are lists of utterances, oldest first) and the
-options given to :func:`score_records` (ignore the ones you do not use), and returns one dict
-per response; its keys are column names (for example ``{"cpmi_sum": ..., "cpmi_mean": ...}``).
-A metric module registers itself on import; :data:`METRIC_MODULES` lists modules imported on
-first use, so a new metric is one module and one line there, with no change to the logic below.
-Registered here: ``pmi_faith`` (CPMI and UPMI), ``unigram_f1``, ``bleu``, ``rouge_l``.
+options given to :func:`score_records` (ignore the ones you do not use), plus ``gold_responses``:
+the human response of each row (``None`` where there is none, and when the gold itself is being
+scored). It returns one dict per response; its keys are column names (for example
+``{"cpmi_sum": ..., "cpmi_mean": ...}``). A metric module registers itself on import;
+:data:`METRIC_MODULES` lists modules imported on first use, so a new metric is one module and one
+line there, with no change to the logic below.
+
+Two kinds of overlap, named apart: ``gold_*`` (relevance: against the human ``response``) and
+``knowledge_*`` (knowledge use: against the ``document``). The bare names ``unigram_f1``,
+``bleu`` and ``rouge_l`` are the document-based ones, kept for the BEGIN configs; the command
+line refuses them as ambiguous.
+Also registered: ``pmi_faith_words`` (word-level PMI-Faith aggregations) and ``faith_score``
+(the calibrated FaithScore).
 
 Records are the JSONL written by ``pmi-decode generate``: ``id``, ``document``, ``history``,
 ``response`` (gold, optional), ``pmi_response``, ``plain_response`` (optional). Every response
@@ -34,10 +42,19 @@ MetricFn = Callable[..., list]
 METRICS: dict[str, MetricFn] = {}
 
 #: Modules that register more metrics when imported (missing ones are skipped quietly).
-METRIC_MODULES = ["pmi_decode.metrics.q2", "pmi_decode.metrics.grammar"]
+METRIC_MODULES = ["pmi_decode.metrics.q2", "pmi_decode.metrics.grammar", "pmi_decode.metrics.reader"]
 
 RESPONSE_FIELDS = ("response", "pmi_response", "plain_response")
-DEFAULT_METRICS = ("pmi_faith", "unigram_f1", "bleu", "rouge_l")
+DEFAULT_METRICS = ("pmi_faith", "knowledge_f1", "gold_rouge_l", "gold_bleu", "answers_question", "copy_rate",
+                   "repetition", "grammar")
+
+#: Names the command line refuses: they used to mean "against the document" while the docs said
+#: "against the gold response".
+AMBIGUOUS_METRICS = {
+    "unigram_f1": ("gold_f1", "knowledge_f1"),
+    "bleu": ("gold_bleu", "knowledge_bleu"),
+    "rouge_l": ("gold_rouge_l", "knowledge_rouge_l"),
+}
 
 
 def register_metric(name: str, fn: MetricFn | None = None):
@@ -76,7 +93,7 @@ def pmi_faith_scorer(scorer_model="embedded", **options):
     from .metrics.pmi_faith import PMIFaith
 
     keys = ("chat_template", "max_length", "max_history_turns", "batch_size", "include_eos", "compute", "device",
-            "dtype", "format")
+            "dtype", "format", "allow_empty_history")
     kwargs = {k: options[k] for k in keys if options.get(k) is not None}
     if "compute" in kwargs:
         kwargs["compute"] = tuple(kwargs["compute"])
@@ -107,6 +124,40 @@ def _pmi_faith(documents, histories, responses, *, progress=False, **options):
                     row[f"{name}_mean_without_eos"] = float(sum(values)) / len(values)
         out.append(row)
     return out
+
+
+@register_metric("pmi_faith_words")
+def _pmi_faith_words(documents, histories, responses, *, progress=False, **options):
+    """Word-level PMI-Faith aggregations (``cpmi_low3``, ``cpmi_supported_share``, ...; see
+    :mod:`pmi_decode.metrics.token_aggregation`), which one wrong fact lowers more than the mean."""
+    from .metrics.token_aggregation import aggregate, load_nlp
+
+    scorer = pmi_faith_scorer(**{**options, "compute": ("cpmi", "upmi")})
+    results = scorer.score(documents, histories, responses, progress=progress, return_tokens=True)
+    nlp = load_nlp()
+    return [aggregate(r["tokens"], r["token_cpmi"], r["token_upmi"], response, history, nlp=nlp)
+            for r, response, history in zip(results, responses, histories)]
+
+
+_FAITH_SCORES: dict = {}
+
+
+@register_metric("faith_score")
+def _faith_score(documents, histories, responses, *, scorer_model="embedded", faith_score_coefficients=None,
+                 progress=False, batch_size=16, device=None, max_history_turns=None, chat_template=False,
+                 **options):
+    """The calibrated FaithScore (probability of faithful) and its features; its coefficients are
+    packaged per scorer (``embedded``, ``embedded-gemma``) or given as a JSON path."""
+    from .metrics.faith_score import FaithScore
+
+    if chat_template:
+        raise ValueError("faith_score was fitted with the plain prompt layout; score it without --chat-template")
+
+    key = (scorer_model, faith_score_coefficients, device, max_history_turns)
+    if key not in _FAITH_SCORES:
+        _FAITH_SCORES[key] = FaithScore(scorer_model, coefficients=faith_score_coefficients, batch_size=batch_size,
+                                        device=device, max_history_turns=max_history_turns)
+    return _FAITH_SCORES[key].score(documents, histories, responses, progress=progress)
 
 
 @register_metric("bertscore")
@@ -149,18 +200,41 @@ def _faithcritic(documents, histories, responses, *, faithcritic_model="McGill-N
     return out
 
 
-def _overlap(function_name: str) -> MetricFn:
+_SCALES = {"unigram_f1": "0-1", "bleu": "sentence BLEU, 0-100", "rouge_l": "F, 0-1"}
+
+
+def _against_document(function_name: str, column: str) -> MetricFn:
     def metric(documents, histories, responses, **options):
         from .metrics import overlap
 
-        return [{function_name: v} for v in getattr(overlap, function_name)(list(responses), list(documents))]
+        return [{column: v} for v in getattr(overlap, function_name)(list(responses), list(documents))]
 
-    metric.__doc__ = f"{function_name} of each response against its document."
+    metric.__doc__ = f"{function_name} of the response against the document ({_SCALES[function_name]}; knowledge use)."
     return metric
 
 
-for _name in ("unigram_f1", "bleu", "rouge_l"):
-    register_metric(_name, _overlap(_name))
+def _against_gold(function_name: str, column: str) -> MetricFn:
+    def metric(documents, histories, responses, *, gold_responses=None, **options):
+        from .metrics import overlap
+
+        golds = list(gold_responses) if gold_responses is not None else [None] * len(responses)
+        rows = [i for i, g in enumerate(golds) if isinstance(g, str)]
+        out: list[dict] = [{} for _ in responses]
+        if rows:
+            values = getattr(overlap, function_name)([responses[i] for i in rows], [golds[i] for i in rows])
+            for i, v in zip(rows, values):
+                out[i] = {column: v}
+        return out
+
+    metric.__doc__ = (f"{function_name} of the response against the human response ({_SCALES[function_name]}; "
+                      "relevance; left out where a record has no 'response')")
+    return metric
+
+
+for _name, _short in (("unigram_f1", "f1"), ("bleu", "bleu"), ("rouge_l", "rouge_l")):
+    register_metric(f"knowledge_{_short}", _against_document(_name, f"knowledge_{_short}"))
+    register_metric(f"gold_{_short}", _against_gold(_name, f"gold_{_short}"))
+    register_metric(_name, _against_document(_name, _name))  # BEGIN's document-overlap baselines
 
 
 # ---------------------------------------------------------------------------- records
@@ -196,9 +270,10 @@ def score_records(records: Sequence[dict], metrics: Iterable[str] = DEFAULT_METR
         documents = [records[i]["document"] for i in rows]
         histories = [records[i]["history"] for i in rows]
         responses = [records[i][field] for i in rows]
+        golds = [None if field == "response" else records[i].get("response") for i in rows]
         for name, fn in functions.items():
             logger.info("scoring %d %s values with %s", len(rows), field, name)
-            results = fn(documents, histories, responses, **options)
+            results = fn(documents, histories, responses, gold_responses=golds, **options)
             if len(results) != len(rows):
                 raise RuntimeError(f"metric {name!r} returned {len(results)} results for {len(rows)} responses")
             for i, result in zip(rows, results):
@@ -234,15 +309,92 @@ def write_jsonl(records, path) -> None:
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
+# ---------------------------------------------------------------------------- summaries
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def summarise_scores(records: Sequence[dict], *, skip: Iterable[str] = ("truncated",)) -> dict[str, dict]:
+    """Mean of every numeric score column per response field: ``{field: {"n": rows,
+    column: mean}}``. Values that are missing or ``None`` (a measure undefined for that response)
+    are left out of that column's mean."""
+    skip = set(skip)
+    summary: dict[str, dict] = {}
+    for field in RESPONSE_FIELDS:
+        rows = [r["scores"][field] for r in records if isinstance((r.get("scores") or {}).get(field), dict)]
+        if not rows:
+            continue
+        columns: dict[str, list[float]] = {}
+        for row in rows:
+            for column, value in row.items():
+                if column not in skip and _is_number(value):
+                    columns.setdefault(column, []).append(float(value))
+        summary[field] = {"n": len(rows), **{c: sum(v) / len(v) for c, v in columns.items()}}
+    return summary
+
+
+SYSTEM_LABELS = {"response": "gold (human)", "pmi_response": "pmi_response", "plain_response": "plain_response"}
+
+
+def format_means_table(summary: dict[str, dict]) -> str:
+    """A plain-text table: one row per score column, one column per system (mean over records)."""
+    fields = [f for f in RESPONSE_FIELDS if f in summary]
+    if not fields:
+        return "(nothing scored)"
+    columns: list[str] = []
+    for field in fields:
+        columns.extend(c for c in summary[field] if c not in columns)
+    header = ["mean"] + [SYSTEM_LABELS[f] for f in fields]
+
+    def cell(field, column):
+        value = summary[field].get(column)
+        if value is None:
+            return "-"
+        return str(int(value)) if column == "n" else f"{value:.4g}"
+
+    body = [[c] + [cell(f, c) for f in fields] for c in columns]
+    widths = [max(len(row[i]) for row in [header] + body) for i in range(len(header))]
+    line = lambda row: "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in body])
+
+
 # ---------------------------------------------------------------------------- CLI hooks
+def describe_metrics() -> str:
+    """One line per registered metric: its name and the first line of its docstring."""
+    names = available_metrics()
+    width = max(len(n) for n in names)
+    lines = []
+    for name in names:
+        text = " ".join((METRICS[name].__doc__ or "").strip().split("\n\n")[0].split())
+        if name in AMBIGUOUS_METRICS:
+            text = f"(library only; on the command line use {' or '.join(AMBIGUOUS_METRICS[name])})"
+        lines.append(f"  {name.ljust(width)}  {text}")
+    return "\n".join(lines)
+
+
 def add_score_arguments(parser) -> None:
-    """Arguments of ``pmi-decode score``."""
+    """Arguments of ``pmi-decode score``; the help ends with every registered metric."""
+    import argparse
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = (
+        "Add scores to every response field of a `pmi-decode generate` file (response = the human gold, "
+        "pmi_response, plain_response) and print the mean of each score per system. gold_* metrics compare a "
+        "response with the human response (relevance); knowledge_* metrics compare it with the document."
+    )
+    plain_help = parser.format_help
+
+    def format_help() -> str:  # metric modules are imported only when the help is shown
+        parser.epilog = "registered metrics:\n" + describe_metrics()
+        return plain_help()
+
+    parser.format_help = format_help
     parser.add_argument("--input", required=True, help="JSONL written by `pmi-decode generate`")
     parser.add_argument("--output", help="where to write the scored JSONL (default: <input>.scored.jsonl)")
     parser.add_argument(
         "--metrics",
         default=",".join(DEFAULT_METRICS),
-        help="comma-separated metric names (registered: pmi_faith, unigram_f1, bleu, rouge_l, and any plug-ins)",
+        help=f"comma-separated metric names, listed below (default: {','.join(DEFAULT_METRICS)})",
     )
     parser.add_argument("--scorer-model", default="embedded", help="model for PMI-Faith: embedded, a hub id or a folder")
     parser.add_argument("--batch-size", type=int, default=16, help="sequences per forward pass")
@@ -251,6 +403,21 @@ def add_score_arguments(parser) -> None:
                         help="PMI-Faith sees the last N history turns only (use the generator's window)")
     parser.add_argument("--chat-template", action="store_true", help="score with the tokenizer's chat template")
     parser.add_argument("--device", default=None, help="torch device for the scorer model")
+    parser.add_argument("--answers-method", choices=["semantic", "lexical"], default="semantic",
+                        help="answers_question: sentence-embedding similarity (default) or content-word overlap")
+    parser.add_argument("--grammar-backend", default=None,
+                        help="grammar checker for the grammar metric (default: the grammar module's default)")
+    parser.add_argument("--summary", default=None,
+                        help="also write the per-system means as JSON here (default: <output>.summary.json)")
+
+
+def _check_metric_names(metrics: Sequence[str]) -> None:
+    for name in metrics:
+        if name in AMBIGUOUS_METRICS:
+            gold, knowledge = AMBIGUOUS_METRICS[name]
+            raise ValueError(f"metric {name!r} is ambiguous: use {gold} (against the human response) or "
+                             f"{knowledge} (against the document)")
+        get_metric(name)  # fail before loading any model
 
 
 def run_score(args) -> Path:
@@ -258,28 +425,45 @@ def run_score(args) -> Path:
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     if not metrics:
         raise ValueError("--metrics is empty")
-    for name in metrics:
-        get_metric(name)  # fail before loading any model
+    _check_metric_names(metrics)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    output = Path(args.output) if args.output else Path(args.input).with_suffix(".scored.jsonl")
+    from .decode_file import check_output_path
+
+    check_output_path(output, "--output")
     records = read_jsonl(args.input)
-    scored = score_records(
-        records,
-        metrics,
+    if "pmi_faith" in metrics:
+        generators = {str((r.get("settings") or {}).get("model")) for r in records if isinstance(r.get("settings"), dict)}
+        if str(args.scorer_model) in generators:
+            print(f"note: the PMI-Faith scorer ({args.scorer_model}) is the model that generated these responses; a "
+                  "model scoring its own output flatters it. Pass --scorer-model with another model "
+                  "(e.g. embedded-gemma) to compare systems.")
+    options = dict(
         scorer_model=args.scorer_model,
         batch_size=args.batch_size,
         max_length=args.max_length,
         max_history_turns=args.max_history_turns,
         chat_template=args.chat_template,
         device=args.device,
+        answers_method=getattr(args, "answers_method", "semantic"),
         progress=True,
     )
-    output = Path(args.output) if args.output else Path(args.input).with_suffix(".scored.jsonl")
+    if getattr(args, "grammar_backend", None):
+        options["grammar_backend"] = args.grammar_backend
+    scored = score_records(records, metrics, **options)
     write_jsonl(scored, output)
     truncated = sum(
         1 for r in scored for field in r["scores"].values() if isinstance(field, dict) and field.get("truncated")
     )
+    summary = summarise_scores(scored)
+    summary_path = Path(args.summary) if getattr(args, "summary", None) else output.with_suffix(".summary.json")
+    summary_path.write_text(json.dumps({"input": str(args.input), "metrics": metrics, "means": summary},
+                                       indent=2) + "\n", encoding="utf-8")
     print(f"scored {len(scored)} records with {', '.join(metrics)} -> {output}")
     if truncated:
         print(f"{truncated} scored responses had their prompt truncated (see scores.*.truncated)")
+    print()
+    print(format_means_table(summary))
+    print(f"\n(gold_*: against the human response; knowledge_*: against the document; means -> {summary_path})")
     return output

@@ -114,7 +114,7 @@ class SweepConfig:
     pmi_statistic: str = "cpmi_sum"
     pmi_bounds: list | None = None
     best_max_grammar_error_rate: float | None = None
-    grammar_backend: str = "harper"
+    grammar_backend: str = "quire"
     language_tool_url: str | None = None
     language_tool_path: str | None = None
     num_threads: int | None = None
@@ -658,13 +658,14 @@ def _describe(cell: dict) -> str:
 
 def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
     """Table 5 per method, the long table, the best cell and the plots, from the score files."""
-    from .report import summarise, table4_markdown, table5_markdown
+    from .report import add_reader_measures, reader_markdown, summarise, table4_markdown, table5_markdown
 
     sets = load_cell_scores(config)
     if not sets:
         raise ValueError(f"no scored cells under {config.output_dir}; run the sweep first")
     for rs in sets:
         rs.notes["q2"] = "not computed in sweeps (use eval/score.py on a cell's generations)"
+        add_reader_measures(rs)  # score files written before these measures existed
     summaries, bounds = summarise(sets, statistic=config.pmi_statistic, fixed_bounds=config.pmi_bounds)
     for s, rs in zip(summaries, sets):
         s["method_key"] = rs.meta["method_key"]
@@ -701,6 +702,8 @@ def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
     parts.append("## All cells\n")
     long_rows = [dict(s, method=s["method"].replace("_", " ")) for s in summaries]
     parts.append(table4_markdown(long_rows, bounds, scorer=config.scorer_model))
+    parts.append("## What a reader sees\n")
+    parts.append(reader_markdown(long_rows))
     missing = len(config.cells) - len(sets)
     if missing:
         parts.append(f"\n{missing} of {len(config.cells)} cells are not scored yet.\n")

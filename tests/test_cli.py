@@ -66,7 +66,9 @@ def test_generate_writes_one_complete_record_per_dialogue(tmp_path, llama_dir):
         assert row.get("response") == rec.get("response")
         assert isinstance(row["pmi_response"], str) and isinstance(row["plain_response"], str)
         assert row["settings"] == {"model": llama_dir, "alpha": 0.5, "p": 0.9, "num_beams": 2, "do_sample": False,
-                                   "max_new_tokens": 6, "seed": 0, "block_layout_markers": True}
+                                   "max_new_tokens": 6, "seed": 0, "compare": True, "batch_size": 2,
+                                   "max_input_length": None, "max_history_turns": None, "chat_template": None,
+                                   "block_layout_markers": True, "dtype": None}
 
 
 def test_without_compare_there_is_no_plain_response(tmp_path, llama_dir):
@@ -262,3 +264,85 @@ def test_truncation_is_reported_once_per_file_not_once_per_batch(caplog):
     assert warnings == ["6 of 6 dialogues were cut to max_length=40 prompt tokens (document first; "
                         "see each record's 'truncated')"]
     assert all(o["truncated"]["document_truncated"] for o in outs)
+
+
+@pytest.mark.parametrize("extra", [["--compare"], ["--max-history-turns", "1"], ["--max-input-length", "64"],
+                                   ["--chat-template", "off"], ["--batch-size", "3"], ["--dtype", "bfloat16"]])
+def test_resume_refuses_any_option_that_changes_the_records(tmp_path, llama_dir, capsys, extra):
+    out = tmp_path / "out.jsonl"
+    assert _gen(llama_dir, _write_input(tmp_path / "one.jsonl", _records(1)), str(out), "--num-beams", "1") == 0
+    before = out.read_text()
+    assert _gen(llama_dir, _write_input(tmp_path / "in.jsonl", _records(3)), str(out), "--num-beams", "1", *extra) == 1
+    err = capsys.readouterr().err
+    assert "other settings" in err and "Traceback" not in err
+    assert out.read_text() == before
+
+
+def test_progress_moves_within_a_batch_per_decoding_step():
+    from pmi_decode.decode_file import decode_records
+
+    model, tok = tiny_model("llama"), tiny_tokenizer("llama")
+    seen = []
+    outs = list(decode_records(_records(3), model, tok, num_beams=2, max_new_tokens=4, batch_size=8,
+                               compare=True, progress=lambda done, total: seen.append((done, total))))
+    assert len(outs) == 3
+    assert all(total == 3 for _, total in seen)
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] == 3
+    # one batch of 3, two generate calls of up to 4 steps: the count moves before the batch ends
+    assert len([d for d in done if 0 < d < 3]) >= 4
+    assert done[0] == pytest.approx(3 / 8)
+
+
+def test_the_command_shows_a_bar_counted_in_dialogues(tmp_path, llama_dir, capsys):
+    inp = _write_input(tmp_path / "in.jsonl", _records(3))
+    assert main(["generate", "--model", llama_dir, "--input", inp, "--output", str(tmp_path / "o.jsonl"),
+                 "--max-new-tokens", "2", "--num-beams", "1", "--batch-size", "2"]) == 0
+    assert "3.0/3 dialogues" in capsys.readouterr().err
+
+
+def test_output_under_a_file_is_a_clear_error(tmp_path, llama_dir, capsys):
+    blocker = tmp_path / "results"
+    blocker.write_text("I am a file")
+    inp = _write_input(tmp_path / "in.jsonl", _records(1))
+    assert _gen(llama_dir, inp, str(blocker / "out.jsonl")) == 1
+    err = capsys.readouterr().err
+    assert f"{blocker} is a file, not a folder" in err and "Errno" not in err
+    assert _gen(llama_dir, inp, str(tmp_path)) == 1
+    assert "is a folder; give a file name" in capsys.readouterr().err
+
+
+def test_score_output_under_a_file_is_a_clear_error(tmp_path, capsys):
+    blocker = tmp_path / "results"
+    blocker.write_text("I am a file")
+    inp = _write_input(tmp_path / "in.jsonl", [dict(_records(1)[0], pmi_response="x")])
+    assert main(["score", "--input", inp, "--output", str(blocker / "s.jsonl"), "--metrics", "knowledge_f1"]) == 1
+    assert f"{blocker} is a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_hub_id_fails_at_once_when_offline(tmp_path, capsys, monkeypatch):
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    inp = _write_input(tmp_path / "in.jsonl", _records(1))
+    start = time.monotonic()
+    assert _gen("some-org/not-a-cached-model", inp, str(tmp_path / "out.jsonl")) == 1
+    assert time.monotonic() - start < 5
+    err = capsys.readouterr().err
+    assert "'some-org/not-a-cached-model'" in err and "HF_HUB_OFFLINE is set" in err and "Traceback" not in err
+
+
+def test_a_hub_id_fails_at_once_when_the_hub_cannot_be_reached(tmp_path, monkeypatch):
+    import time
+
+    from pmi_decode.models import ModelNotAvailableError, fail_fast_if_offline
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: refused at once
+    start = time.monotonic()
+    with pytest.raises(ModelNotAvailableError, match="the Hugging Face hub cannot be reached"):
+        fail_fast_if_offline("some-org/not-a-cached-model")
+    assert time.monotonic() - start < 5
+    assert fail_fast_if_offline(str(tmp_path)) == str(tmp_path)  # local folders never look at the network

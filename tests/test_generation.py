@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
+from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, pmi_generate
 from pmi_decode.generation import paired_path_blocker, prompt_cache, _effective_config, _unpack
@@ -11,7 +11,7 @@ NEW = dict(max_new_tokens=8, min_new_tokens=4)
 
 
 def setup(kind):
-    tok, model = tiny_tokenizer(kind), tiny_model(kind)
+    tok, model = tiny_tokenizer(kind), tiny_model(kind, logit_scale=PEAKED[kind])
     docs, hists = [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES]
     return model, build_inputs(tok, docs, hists, model=model)
 
@@ -91,21 +91,23 @@ def test_alpha_zero_runs_one_branch_only(kind):
 
 def test_paired_processor_refuses_sampling():
     model, inputs = setup("llama")
-    cond, uncond = inputs["conditional"], inputs["unconditional"]
-    width = cond["input_ids"].shape[1]
-    pad = width - uncond["input_ids"].shape[1]
-    joint = {
-        "input_ids": torch.cat([cond["input_ids"], torch.nn.functional.pad(uncond["input_ids"], (pad, 0))]),
-        "attention_mask": torch.cat([cond["attention_mask"], torch.nn.functional.pad(uncond["attention_mask"], (pad, 0))]),
-    }
+    pmi = PMIDecode(0.5, 0.9)
     torch.manual_seed(0)
-    with pytest.raises(ValueError, match="Paired mode supports greedy search and beam search only"):
-        model.generate(**joint, logits_processor=[PMIDecode(0.5, 0.9)], do_sample=True, max_new_tokens=20, min_new_tokens=20)
+    with pytest.raises(ValueError, match="Paired mode works with greedy search and beam search only"):
+        model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], do_sample=True, max_new_tokens=20,
+                       min_new_tokens=20)
 
 
-def test_paired_processor_rejects_odd_batches():
-    with pytest.raises(ValueError, match="odd number of rows"):
+def test_paired_processor_rejects_batches_it_did_not_stack():
+    model, inputs = setup("llama")
+    with pytest.raises(ValueError, match=r"pmi\.stack\(inputs, model\)"):
         PMIDecode(0.5, 0.9)(torch.zeros((3, 4), dtype=torch.long), torch.zeros((3, 10)))
+    pmi = PMIDecode(0.5, 0.9)
+    batch = pmi.stack(inputs, model)
+    with pytest.raises(ValueError, match="not a multiple of the 6 rows"):
+        pmi(batch["input_ids"][:3], torch.zeros((3, 320)))
+    with pytest.raises(ValueError, match="conditional\\(\\) takes what generate returned for a stacked batch"):
+        pmi.conditional(batch["input_ids"][:3])
 
 
 def test_blockers_name_the_reason():
@@ -184,3 +186,13 @@ def test_processor_reused_with_a_prompt_cache_starts_a_new_generation():
                             past_key_values=prompt_cache(model, inputs["conditional"], 4), **opts)
     fresh = separate(model, inputs, 0.5, 0.9, **opts)
     assert torch.equal(reused, fresh)
+
+
+@pytest.mark.parametrize("paired", [None, False])
+def test_static_cache_with_beams(paired):
+    """generate refuses a prompt cache together with cache_implementation: pmi_generate must not
+    hand it one (it once crashed inside generate), and the tokens must be the dynamic cache's."""
+    model, inputs = setup("llama")
+    opts = dict(num_beams=3, num_return_sequences=2, **NEW)
+    got = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, cache_implementation="static", **opts)
+    assert torch.equal(got, pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, **opts))

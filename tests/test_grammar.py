@@ -9,6 +9,7 @@ from pmi_decode.metrics.grammar import (
     GrammarCheckerUnavailable,
     HarperChecker,
     LanguageToolChecker,
+    QuireChecker,
     get_checker,
     grammar_error_rate,
     grammar_metric,
@@ -99,6 +100,9 @@ def test_harper_ignore_kinds(harper_checker):
 def test_missing_backends_say_how_to_get_one(monkeypatch):
     monkeypatch.setitem(sys.modules, "harper", None)  # import harper -> ImportError
     monkeypatch.setitem(sys.modules, "language_tool_python", None)
+    monkeypatch.setitem(sys.modules, "quire_grammar", None)
+    with pytest.raises(GrammarCheckerUnavailable, match=r"pip install \"quire-grammar\[model\]==0.3.4\""):
+        QuireChecker()
     with pytest.raises(GrammarCheckerUnavailable, match="pip install harper-py"):
         HarperChecker()
     with pytest.raises(GrammarCheckerUnavailable, match="server_url"):
@@ -108,3 +112,40 @@ def test_missing_backends_say_how_to_get_one(monkeypatch):
     with pytest.raises(GrammarCheckerUnavailable, match="no grammar checker is available.*pip install"):
         get_checker(None)
     grammar._CHECKERS.clear()
+
+
+@pytest.fixture(scope="module")
+def quire_checker():
+    pytest.importorskip("quire_grammar", reason="quire-grammar is not installed")
+    return QuireChecker()
+
+
+def test_quire_flags_agreement_errors_and_passes_clean_sentences(quire_checker):
+    errors = ["He have a new car.", "They was happy about the result.", "Its a nice day and and the sky is blue."]
+    counts = quire_checker.count_errors(errors + CLEAN)
+    assert all(c >= 1 for c in counts[: len(errors)]), counts
+    assert counts[len(errors):] == [0] * len(CLEAN)
+    fix = quire_checker.corrections("He have a new car.")
+    assert fix[0]["text"] == "have" and "has" in fix[0]["suggestions"]
+    assert quire_checker.count_errors(["", "   "]) == [0, 0]
+
+
+def test_quire_tagger_only_drops_the_rules(quire_checker):
+    tagger = get_checker("quire", tagger_only=True)
+    # the tagger proposes edits on its own ...
+    assert tagger.count_errors(["They was happy about the result."]) == [1]
+    assert all(c["rule"].startswith("model:") for c in tagger.corrections("Its a nice day and and the sky."))
+    # ... and a style flag (passive voice, no fix) never counts as a grammar error in either mode
+    assert quire_checker.count_errors(["The movie was watched by me."]) == [0]
+
+
+def test_the_default_backend_is_the_one_the_comparison_picked():
+    assert grammar.DEFAULT_BACKEND in grammar.BACKENDS
+    rows = grammar_metric(["d"], [["h"]], ["They was happy."])
+    assert rows == [{"grammar_errors": 1, "ungrammatical": 1}]
+
+
+def test_quire_leaves_spacing_to_the_tokeniser(quire_checker):
+    tokenised = "Can you recommend any movies to watch ?"
+    assert quire_checker.count_errors([tokenised]) == [0]
+    assert get_checker("quire", disable=("style",)).count_errors([tokenised]) == [1]  # the rule exists and fires

@@ -181,3 +181,41 @@ def test_begin_harness_caches_rows_and_reports_unavailable_metrics(tmp_path):
     assert saved["metrics"]["Unigram F1"]["num_rows"] == 16
     table = (tmp_path / "out" / "begin_results.md").read_text()
     assert "| Unigram F1 |" in table and "FaithCritic:" in table
+
+
+def _fit_script():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
+    import fit_faith_score
+
+    return fit_faith_score
+
+
+def test_rank_auroc_of_the_fit_script_matches_scikit_learn():
+    from sklearn.metrics import roc_auc_score
+
+    script = _fit_script()
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 200)
+    values = np.round(labels + rng.normal(0, 1, 200), 1)  # rounding makes ties
+    assert script._auroc(values, labels) == pytest.approx(roc_auc_score(labels, values))
+    low, high = script.bootstrap_auroc_ci(values, labels, n=50)
+    assert low < roc_auc_score(labels, values) < high
+
+
+def test_fitted_coefficients_give_the_same_probabilities_in_the_package():
+    from pmi_decode.metrics.faith_score import FaithModel
+
+    script = _fit_script()
+    rng = np.random.default_rng(1)
+    rows = []
+    for _ in range(120):
+        label = int(rng.integers(0, 2))
+        rows.append({"cpmi_mean": label + rng.normal(), "unigram_f1": 0.3 * label + rng.random(), "fit_label": label})
+    spec = script.fit(rows, ("cpmi_mean", "unigram_f1"))
+    assert spec["coef"][0] > 0 and spec["coef"][1] > 0  # both features carry the label
+    model = FaithModel.load({**spec, "scorer_model": "test"})
+    expected = script.predict(spec, rows)
+    assert [model.probability(r) for r in rows] == pytest.approx(expected.tolist())

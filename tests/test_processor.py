@@ -1,11 +1,12 @@
 """PMIDecode (separate-cache mode) against plain generate and against the slow reference."""
 
+import copy
 import math
 
 import pytest
 import torch
 from reference import ReferencePMIDecode, unpadded
-from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
+from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, nucleus_mask, pmi_scores
 
@@ -19,7 +20,9 @@ NEW_TOKENS = 8
 
 
 def setup(kind, dtype=torch.float64):
-    tok, model = tiny_tokenizer(kind), tiny_model(kind, dtype=dtype)
+    """A peaked tiny model (see tiny_models.PEAKED): the nucleus must decide tokens here, or a
+    comparison with the reference would pass with the mask removed."""
+    tok, model = tiny_tokenizer(kind), tiny_model(kind, dtype=dtype, logit_scale=PEAKED[kind])
     docs, hists = [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES]
     return model, build_inputs(tok, docs, hists, model=model)
 
@@ -63,6 +66,17 @@ def test_equals_slow_reference(kind, mode):
     assert not torch.equal(fast, generate(model, inputs, [], mode))
 
 
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_alpha_zero_with_p_below_one_goes_through_the_nucleus(kind):
+    """alpha = 0, p < 1 is not the early return: the scores go through pmi_scores, and sampling
+    from the nucleus differs from sampling from the whole distribution."""
+    model, inputs = setup(kind)
+    fast = generate(model, inputs, [PMIDecode(0.0, 0.5, model=model, unconditional_inputs=inputs["unconditional"])], "sampling")
+    slow = generate(model, inputs, [reference(model, inputs, 0.0, 0.5)], "sampling")
+    assert torch.equal(fast, slow)
+    assert not torch.equal(fast, generate(model, inputs, [], "sampling"))
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "t5", "bloom"])
 def test_equals_slow_reference_other_families(kind):
     # transformers' BLOOM yields NaN for left-padded rows in float64, so it runs in float32
@@ -94,6 +108,7 @@ def test_one_instance_serves_several_generations():
 def test_continuing_a_finished_sequence_starts_a_new_generation():
     """A prompt that extends the last output by one token must not reuse the stale cache."""
     model, inputs = setup("llama")
+    twin = copy.deepcopy(model)  # builds the prefix cache, as an external cache store would, out of sight
     proc = PMIDecode(1.0, 1.0, model=model, unconditional_inputs=inputs["unconditional"])
     out = generate(model, inputs, [proc], "greedy", min_new_tokens=NEW_TOKENS)
     cont = {"input_ids": out[:, :-1], "attention_mask": torch.ones_like(out[:, :-1])}
@@ -127,12 +142,12 @@ def test_alpha1_p1_is_pure_pmi():
     proc = PMIDecode(1.0, 1.0, model=model, unconditional_inputs=inputs["unconditional"])
     start = torch.full((3, 1), model.generation_config.decoder_start_token_id)
     with torch.no_grad():
-        cond = model(**inputs["conditional"], decoder_input_ids=start).logits[:, -1].float()
-        uncond = model(**inputs["unconditional"], decoder_input_ids=start).logits[:, -1].float()
-    proc._on_model_forward({"past_key_values": None})
-    out = proc(start, cond)
+        cond = model(**inputs["conditional"], decoder_input_ids=start).logits[:, -1]
+        uncond = model(**inputs["unconditional"], decoder_input_ids=start).logits[:, -1]
+    out = model.generate(**inputs["conditional"], logits_processor=[proc], max_new_tokens=1,
+                         return_dict_in_generate=True, output_scores=True).scores[0]
     expected = torch.log_softmax(cond, -1) - torch.log_softmax(uncond, -1)
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, expected.to(out.dtype), rtol=1e-5, atol=1e-5)
 
 
 def test_scores_finite_inside_nucleus_and_never_nan():
@@ -146,6 +161,9 @@ def test_scores_finite_inside_nucleus_and_never_nan():
         for p in (0.2, 0.9, 1.0):
             out = pmi_scores(scores, lp_u, alpha, p)
             keep = nucleus_mask(torch.log_softmax(scores, -1), p)
+            if alpha > 0:  # a token with an infinite PMI is no candidate (unless none is left in its row)
+                usable = keep & torch.isfinite(lp_u)
+                keep = torch.where(usable.any(-1, keepdim=True), usable, keep)
             assert not torch.isnan(out).any()
             assert torch.isfinite(out[keep]).all()
             assert torch.isneginf(out[~keep]).all()
@@ -236,3 +254,293 @@ def test_nucleus_matches_a_full_sort(temperature, p):
     before = torch.cat([torch.zeros_like(cumulative[:, :1]), cumulative[:, :-1]], -1)
     expected = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < p)
     assert torch.equal(nucleus_mask(lp, p), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Misuse: every case below once ran without error and returned wrong tokens (or broke the
+# instance). Each must now either be exact (equal to a fresh processor / the slow reference)
+# or raise a ValueError that names the problem.
+
+
+def _scoring_processor(model, **forward_kwargs):
+    """A user processor that runs the same model between steps, as another processor or a
+    scoring call would, and leaves the scores alone."""
+
+    def proc(input_ids, scores):
+        with torch.no_grad():
+            model(input_ids=input_ids, **forward_kwargs)
+        return scores
+
+    return proc
+
+
+def _separate(model, inputs):
+    return PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"])
+
+
+def test_bare_processor_refuses_a_batch_it_did_not_stack():
+    """PMIDecode(alpha, p) on an ordinary batch once paired dialogue 2 with dialogue 1."""
+    model, inputs = setup("llama")
+    for extra in (dict(), dict(num_beams=2)):
+        for rows in (slice(0, 2), slice(0, 1)):
+            cond = {k: v[rows] for k, v in inputs["conditional"].items()}
+            with pytest.raises(ValueError, match=r"pmi\.stack\(inputs, model\)"):
+                model.generate(**cond, logits_processor=[PMIDecode(0.5, 0.9)], max_new_tokens=3, **extra)
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_stack_and_conditional_equal_the_separate_path(kind):
+    model, inputs = setup(kind)
+    pmi = PMIDecode(0.5, 0.9)
+    out = model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], max_new_tokens=NEW_TOKENS, **MODES["beam"])
+    expected = generate(model, inputs, [_separate(model, inputs)], "beam", min_new_tokens=0)
+    got = pmi.conditional(out)
+    if kind == "llama":  # the stacked prompt may be wider than the conditional one: compare what was generated
+        got = got[:, pmi.prompt_width:]
+        expected = expected[:, inputs["conditional"]["input_ids"].shape[1]:]
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_stacked_processor_refuses_another_batch(kind):
+    model, inputs = setup(kind)
+    pmi = PMIDecode(0.5, 0.9)
+    pmi.stack(inputs, model)
+    other = PMIDecode(0.5, 0.9).stack({k: {kk: vv[:2] for kk, vv in v.items()} for k, v in inputs.items()
+                                       if k in ("conditional", "unconditional")}, model)
+    with pytest.raises(ValueError, match=r"pmi\.stack\(inputs, model\)"):
+        model.generate(**other, logits_processor=[pmi], max_new_tokens=3)
+
+
+def test_assisted_decoding_is_refused():
+    model, inputs = setup("llama")
+    one = {"conditional": {k: v[:1] for k, v in inputs["conditional"].items()},
+           "unconditional": {k: v[:1] for k, v in inputs["unconditional"].items()}}
+    assistant = tiny_model("llama", seed=1)
+    with pytest.raises(ValueError, match="(?i)assisted"):
+        model.generate(**one["conditional"], logits_processor=[_separate(model, one)], assistant_model=assistant,
+                       max_new_tokens=NEW_TOKENS)
+
+
+def test_prompt_lookup_is_exact_or_refused():
+    model, inputs = setup("llama")
+    one = {"conditional": {k: v[:1] for k, v in inputs["conditional"].items()},
+           "unconditional": {k: v[:1] for k, v in inputs["unconditional"].items()}}
+    expected = generate(model, one, [reference(model, one, 0.5, 0.9)], "greedy")
+    try:
+        got = generate(model, one, [_separate(model, one)], "greedy", prompt_lookup_num_tokens=2)
+    except ValueError as err:
+        assert "assisted" in str(err).lower()
+    else:
+        assert torch.equal(got, expected)
+
+
+def test_encoder_decoder_unconditional_rows_must_match_the_prompts():
+    model, inputs = setup("bart")
+    cond = {k: torch.cat([v, v[:1]]) for k, v in inputs["conditional"].items()}  # 4 prompts
+    two = {k: v[:2] for k, v in inputs["unconditional"].items()}
+    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=two)
+    with pytest.raises(ValueError, match="unconditional_inputs has 2 rows"):
+        model.generate(**cond, logits_processor=[proc], max_new_tokens=3)
+
+
+def test_decoder_only_unrelated_rows_with_returned_sequences_are_refused():
+    model, inputs = setup("llama")
+    cond = {k: v[:2] for k, v in inputs["conditional"].items()}  # 2 prompts x 2 returned = 4 rows
+    four = {k: torch.cat([v, v[:1]]) for k, v in inputs["unconditional"].items()}  # 4 unrelated rows
+    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=four)
+    with pytest.raises(ValueError, match="unconditional_inputs"):
+        model.generate(**cond, logits_processor=[proc], max_new_tokens=3, do_sample=True, num_return_sequences=2)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_right_padded_unconditional_inputs_are_repadded(kind):
+    model, inputs = setup(kind)
+    left = inputs["unconditional"]
+    right = {"input_ids": torch.zeros_like(left["input_ids"]), "attention_mask": torch.zeros_like(left["attention_mask"])}
+    for row, (ids, mask) in enumerate(zip(left["input_ids"], left["attention_mask"])):
+        tokens = ids[mask.bool()]
+        right["input_ids"][row, : tokens.numel()] = tokens
+        right["attention_mask"][row, : tokens.numel()] = 1
+    assert bool((right["attention_mask"][:, -1] == 0).any()), "the batch must contain right padding"
+    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=right)
+    got = generate(model, inputs, [proc], "greedy")
+    assert torch.equal(got, generate(model, inputs, [reference(model, inputs, 0.5, 0.9)], "greedy"))
+
+
+@pytest.mark.parametrize("forward_kwargs", [dict(use_cache=False), dict(use_cache=True)])
+def test_other_forwards_between_steps_are_not_a_new_generation(forward_kwargs):
+    model, inputs = setup("llama")
+    expected = generate(model, inputs, [_separate(model, inputs)], "beam")
+    got = generate(model, inputs, [_scoring_processor(model, **forward_kwargs), _separate(model, inputs)], "beam")
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("kind", ["bart", "llama"])
+def test_other_forwards_between_paired_steps_are_ignored(kind):
+    model, inputs = setup(kind)
+    runs = []
+    for extra in ([], [_scoring_processor(model, use_cache=False)]):
+        pmi = PMIDecode(0.5, 0.9)
+        out = model.generate(**pmi.stack(inputs, model), logits_processor=extra + [pmi], num_beams=2, max_new_tokens=5)
+        runs.append(pmi.conditional(out))
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_a_cacheless_call_between_generations_does_not_break_the_instance():
+    model, inputs = setup("llama")
+    proc = _separate(model, inputs)
+    first = generate(model, inputs, [proc], "greedy")
+    with torch.no_grad():
+        model(**inputs["conditional"], use_cache=False)  # e.g. a scoring call
+    assert torch.equal(generate(model, inputs, [proc], "greedy"), first)
+    proc.reset()
+    assert torch.equal(generate(model, inputs, [proc], "greedy"), first)
+
+
+def test_sequences_that_do_not_continue_the_step_raise():
+    """Outside a new generation, a row whose prefix matches no previous row is an error."""
+    from transformers import DynamicCache
+
+    model, inputs = setup("llama")
+    proc = _separate(model, inputs)
+    ids = inputs["conditional"]["input_ids"]
+    cache = DynamicCache()
+    with torch.no_grad():
+        logits = model(**inputs["conditional"], past_key_values=cache).logits[:, -1]
+    proc(ids, logits)
+    step = torch.cat([ids, torch.tensor([[5], [6], [7]])], dim=1)
+    edited = step.clone()
+    edited[0, -2] = (edited[0, -2] + 1) % 320  # the previous token of row 0 changed
+    with torch.no_grad():
+        mask = torch.cat([inputs["conditional"]["attention_mask"], torch.ones(3, 1, dtype=torch.long)], 1)
+        logits = model(input_ids=step[:, -1:], attention_mask=mask, past_key_values=cache).logits[:, -1]
+    with pytest.raises(ValueError, match="do not continue"):
+        proc(edited, logits)
+
+
+def test_continuing_an_output_with_a_prefix_cache_starts_a_new_generation():
+    from pmi_decode.processor import prefill
+
+    model, inputs = setup("llama")
+    twin = copy.deepcopy(model)  # builds the prefix cache, as an external cache store would, out of sight
+    proc = PMIDecode(1.0, 1.0, model=model, unconditional_inputs=inputs["unconditional"])
+    out = generate(model, inputs, [proc], "greedy", min_new_tokens=NEW_TOKENS)
+    mask = torch.ones_like(out)
+    mask[:, : inputs["conditional"]["attention_mask"].shape[1]] = inputs["conditional"]["attention_mask"]
+    cont = {"input_ids": out, "attention_mask": mask}
+    runs = []
+    for processor in (proc, PMIDecode(1.0, 1.0, model=model, unconditional_inputs=inputs["unconditional"])):
+        with torch.no_grad():
+            cache, _ = prefill(twin, out[:, :-1], mask[:, :-1])
+        runs.append(model.generate(**cont, logits_processor=[processor], past_key_values=cache, max_new_tokens=4))
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_training_mode_after_construction_is_refused_at_call_time():
+    model, inputs = setup("llama")
+    proc = _separate(model, inputs)
+    model.train()
+    with pytest.raises(ValueError, match="training mode"):
+        generate(model, inputs, [proc], "greedy")
+
+
+def test_paired_mode_refuses_training_mode_at_call_time():
+    model, inputs = setup("llama")
+    pmi = PMIDecode(0.5, 0.9)
+    batch = pmi.stack(inputs, model)
+    model.train()
+    with pytest.raises(ValueError, match="training mode"):
+        model.generate(**batch, logits_processor=[pmi], max_new_tokens=2)
+
+
+def test_a_peft_wrapped_model_is_watched_through_its_base_model():
+    peft = pytest.importorskip("peft")
+    model, inputs = setup("llama")
+    expected = generate(model, inputs, [_separate(model, inputs)], "beam")
+    config = peft.LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=True)  # B = 0: same outputs
+    wrapped = peft.get_peft_model(model, config).eval()
+    proc = PMIDecode(0.5, 0.9, model=wrapped, unconditional_inputs=inputs["unconditional"])
+    assert torch.equal(generate(wrapped, inputs, [proc], "beam"), expected)
+
+
+def test_a_token_banned_only_in_the_unconditional_row_never_wins():
+    scores = torch.zeros(1, 6)
+    lp_u = torch.log_softmax(torch.zeros(1, 6), -1)
+    lp_u[0, 3] = -math.inf  # e.g. no_repeat_ngram_size banned it in the document-free row only
+    out = pmi_scores(scores, lp_u, 0.5, 1.0)
+    assert out[0].argmax().item() != 3
+    assert torch.isfinite(out[0, [0, 1, 2, 4, 5]]).all() and out.max() < 1e3
+
+
+def test_paired_per_row_processors_never_let_a_banned_token_win():
+    model, inputs = setup("llama")
+    pmi = PMIDecode(1.0, 1.0)
+    out = model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], max_new_tokens=6, num_beams=2,
+                         no_repeat_ngram_size=1, return_dict_in_generate=True, output_scores=True)
+    assert max(s[torch.isfinite(s)].abs().max().item() for s in out.scores) < 1e3
+
+
+def test_nan_unconditional_log_probs_never_give_nan():
+    scores = torch.randn(3, 10)
+    lp_u = torch.log_softmax(torch.randn(3, 10), -1)
+    lp_u[0] = math.nan
+    lp_u[1, 2] = math.nan
+    for alpha, p in ((0.5, 0.9), (1.0, 1.0)):
+        out = pmi_scores(scores, lp_u, alpha, p)
+        assert not torch.isnan(out).any()
+        assert torch.isfinite(out).any(dim=-1).all()
+
+
+def test_nan_from_the_document_free_branch_is_reported():
+    """Fault injection on the model: its logits are NaN while the branch runs (between the two
+    user processors around PMIDecode); the processor must say so, never return NaN."""
+    model, inputs = setup("llama")
+    state = {"on": False}
+
+    def flag(value):
+        def proc(input_ids, scores):
+            state["on"] = value
+            return scores
+        return proc
+
+    handle = model.lm_head.register_forward_hook(lambda m, a, out: out * math.nan if state["on"] else out)
+    try:
+        with pytest.raises(ValueError, match="NaN"):
+            generate(model, inputs, [flag(True), _separate(model, inputs), flag(False)], "greedy")
+    finally:
+        handle.remove()
+
+
+def test_branch_cache_is_freed_without_garbage_collection():
+    import gc
+    import weakref
+
+    model, inputs = setup("llama")
+    proc = _separate(model, inputs)
+    generate(model, inputs, [proc], "greedy")
+    branch = weakref.ref(proc._branch)
+    gc.collect()
+    gc.disable()
+    try:
+        del proc
+        assert branch() is None
+    finally:
+        gc.enable()
+
+
+def test_nucleus_sorts_only_the_rows_that_need_it_and_finds_the_same_set():
+    """Peaked and flat rows in one batch: the flat rows' nucleus lies beyond the top 64, the
+    peaked rows' within it; the mask must equal a full sort of every row (and keep -inf out)."""
+    torch.manual_seed(2)
+    logits = torch.randn(8, 3000)
+    logits[::2] *= 20.0  # peaked rows
+    logits[1, :5] = -math.inf
+    lp = torch.log_softmax(logits, -1)
+    sorted_probs, order = lp.exp().sort(-1, descending=True)
+    cumulative = sorted_probs.cumsum(-1)
+    before = torch.cat([torch.zeros_like(cumulative[:, :1]), cumulative[:, :-1]], -1)
+    expected = torch.zeros_like(lp, dtype=torch.bool).scatter(-1, order, before < 0.9) & torch.isfinite(lp)
+    got = nucleus_mask(lp, 0.9)
+    assert torch.equal(got, expected)
+    assert (got[1::2].sum(-1) > 64).all() and (got[::2].sum(-1) <= 64).all()

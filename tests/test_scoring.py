@@ -20,7 +20,7 @@ RECORDS = [
 
 def test_every_response_field_is_scored_and_pmi_matches_the_scorer():
     model, tokenizer = tiny_model("gpt2"), tiny_tokenizer("gpt2")
-    scored = scoring.score_records(RECORDS, ["pmi_faith", "unigram_f1"], scorer_model=(model, tokenizer))
+    scored = scoring.score_records(RECORDS, ["pmi_faith", "knowledge_f1"], scorer_model=(model, tokenizer))
     assert set(scored[0]["scores"]) == {"response", "pmi_response", "plain_response"}
     assert set(scored[1]["scores"]) == {"pmi_response", "plain_response"}
     direct = PMIFaith(model, tokenizer).score([r["document"] for r in RECORDS], [r["history"] for r in RECORDS],
@@ -29,7 +29,7 @@ def test_every_response_field_is_scored_and_pmi_matches_the_scorer():
         got = record["scores"]["pmi_response"]
         assert got["cpmi_sum"] == pytest.approx(expected["cpmi_sum"], abs=1e-9)
         assert got["upmi_mean"] == pytest.approx(expected["upmi_mean"], abs=1e-9)
-        assert got["unigram_f1"] == pytest.approx(unigram_f1([record["pmi_response"]], [record["document"]])[0])
+        assert got["knowledge_f1"] == pytest.approx(unigram_f1([record["pmi_response"]], [record["document"]])[0])
     assert "scores" not in RECORDS[0]  # inputs are not modified
 
 
@@ -64,7 +64,7 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="unknown metric 'nope'"):
         scoring.score_records(RECORDS, ["nope"])
     with pytest.raises(ValueError, match="record 0 .*'history' must be a list"):
-        scoring.score_records([{"id": 1, "document": "d", "history": "just a string", "response": "r"}], ["bleu"])
+        scoring.score_records([{"id": 1, "document": "d", "history": "just a string", "response": "r"}], ["gold_bleu"])
     scoring.register_metric("short_test", lambda d, h, r, **o: [])
     try:
         with pytest.raises(RuntimeError, match="returned 0 results for 1 responses"):
@@ -78,13 +78,63 @@ def test_run_score_cli_round_trip(tmp_path, capsys):
     source.write_text("\n".join(json.dumps(r) for r in RECORDS) + "\n")
     parser = argparse.ArgumentParser()
     scoring.add_score_arguments(parser)
-    args = parser.parse_args(["--input", str(source), "--metrics", "unigram_f1,bleu,rouge_l"])
+    args = parser.parse_args(["--input", str(source), "--metrics", "gold_f1,knowledge_f1,gold_rouge_l,repetition"])
     output = scoring.run_score(args)
     assert output == tmp_path / "out.scored.jsonl"
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert [r["id"] for r in rows] == ["a", "b"]
-    assert set(rows[0]["scores"]["response"]) == {"unigram_f1", "bleu", "rouge_l"}
-    assert "scored 2 records" in capsys.readouterr().out
+    # the gold itself gets no gold_* score; record b has no gold, so its systems get none either
+    assert set(rows[0]["scores"]["response"]) == {"knowledge_f1", "distinct_2", "repeated_3gram_rate"}
+    assert {"gold_f1", "gold_rouge_l", "knowledge_f1"} <= set(rows[0]["scores"]["pmi_response"])
+    assert "gold_f1" not in rows[1]["scores"]["pmi_response"]
+    out = capsys.readouterr().out
+    assert "scored 2 records" in out
+    # the table of means: one column per system, the gold labelled as such
+    header = next(line for line in out.splitlines() if line.startswith("mean"))
+    assert header.split()[1:] == ["gold", "(human)", "pmi_response", "plain_response"]
+    pmi_f1 = [unigram_f1([r["pmi_response"]], [r["document"]])[0] for r in RECORDS]
+    row = next(line for line in out.splitlines() if line.startswith("knowledge_f1"))
+    assert float(row.split()[2]) == pytest.approx(sum(pmi_f1) / 2, rel=1e-3)
+    summary = json.loads((tmp_path / "out.scored.summary.json").read_text())["means"]
+    assert summary["pmi_response"]["knowledge_f1"] == pytest.approx(sum(pmi_f1) / 2)
+    assert summary["pmi_response"]["gold_f1"] == pytest.approx(unigram_f1(["The tower was built in 1889."],
+                                                                           ["It is in Paris."])[0])
+
+
+def test_gold_metrics_compare_with_the_human_response_and_knowledge_metrics_with_the_document():
+    records = [{"id": 1, "document": "alpha beta gamma", "history": ["q"], "response": "delta epsilon",
+                "pmi_response": "alpha beta gamma", "plain_response": "delta epsilon"}]
+    got = scoring.score_records(records, ["gold_f1", "knowledge_f1", "gold_rouge_l", "knowledge_rouge_l",
+                                          "gold_bleu", "knowledge_bleu"])[0]["scores"]
+    assert got["pmi_response"]["knowledge_f1"] == got["pmi_response"]["knowledge_rouge_l"] == 1.0
+    assert got["pmi_response"]["gold_f1"] == got["pmi_response"]["gold_rouge_l"] == 0.0
+    assert got["plain_response"]["gold_f1"] == got["plain_response"]["gold_rouge_l"] == 1.0
+    assert got["plain_response"]["knowledge_f1"] == 0.0
+    assert got["plain_response"]["gold_bleu"] > 50 > got["plain_response"]["knowledge_bleu"]
+
+
+def test_the_command_line_refuses_the_ambiguous_names_and_lists_every_metric(tmp_path, capsys):
+    source = tmp_path / "out.jsonl"
+    source.write_text(json.dumps(RECORDS[0]) + "\n")
+    parser = argparse.ArgumentParser()
+    scoring.add_score_arguments(parser)
+    with pytest.raises(ValueError, match="'rouge_l' is ambiguous: use gold_rouge_l .* or knowledge_rouge_l"):
+        scoring.run_score(parser.parse_args(["--input", str(source), "--metrics", "rouge_l"]))
+    assert not (tmp_path / "out.scored.jsonl").exists()
+    help_text = parser.format_help()
+    for name in scoring.available_metrics():
+        assert f"  {name} " in help_text, name
+    assert "against the human response" in help_text and "against the document" in help_text
+
+
+def test_means_skip_undefined_values():
+    records = [{"scores": {"pmi_response": {"distinct_2": 0.5, "truncated": True}}},
+               {"scores": {"pmi_response": {"distinct_2": None}}},
+               {"scores": {"pmi_response": {"distinct_2": 1.0}}}]
+    summary = scoring.summarise_scores(records)
+    assert summary == {"pmi_response": {"n": 3, "distinct_2": 0.75}}
+    table = scoring.format_means_table(summary)
+    assert "0.75" in table and "truncated" not in table
 
 
 def test_read_jsonl_reports_the_line(tmp_path):
@@ -96,3 +146,18 @@ def test_read_jsonl_reports_the_line(tmp_path):
     missing.write_text(json.dumps({"id": 1, "history": ["h"], "response": "r"}) + "\n")
     with pytest.raises(ValueError, match="m.jsonl, line 1: field 'document'"):
         scoring.read_jsonl(missing)
+
+
+def test_scoring_with_the_generator_itself_says_so(tmp_path, capsys):
+    model_dir = tmp_path / "tiny"
+    from tiny_models import tiny_model as make, tiny_tokenizer as make_tok
+
+    make("gpt2").save_pretrained(model_dir)
+    make_tok("gpt2").save_pretrained(model_dir)
+    source = tmp_path / "out.jsonl"
+    source.write_text(json.dumps(dict(RECORDS[1], settings={"model": str(model_dir)})) + "\n")
+    parser = argparse.ArgumentParser()
+    scoring.add_score_arguments(parser)
+    scoring.run_score(parser.parse_args(["--input", str(source), "--metrics", "pmi_faith",
+                                         "--scorer-model", str(model_dir)]))
+    assert "is the model that generated these responses" in capsys.readouterr().out

@@ -5,13 +5,19 @@ from __future__ import annotations
 import logging
 
 from .faithdial import load_faithdial
+from .faithdial_audit import load_faithdial_audit
 from .multidoc2dial import load_multidoc2dial
 from .records import DialogueRecord, LoadReport
 from .topicalchat import load_topicalchat
 
 logger = logging.getLogger(__name__)
 
-LOADERS = {"faithdial": load_faithdial, "multidoc2dial": load_multidoc2dial, "topicalchat": load_topicalchat}
+LOADERS = {
+    "faithdial": load_faithdial,
+    "faithdialaudit": load_faithdial_audit,
+    "multidoc2dial": load_multidoc2dial,
+    "topicalchat": load_topicalchat,
+}
 
 __all__ = ["DialogueRecord", "LoadReport", "LOADERS", "load_dialogues"]
 
@@ -19,7 +25,8 @@ __all__ = ["DialogueRecord", "LoadReport", "LOADERS", "load_dialogues"]
 def load_dialogues(name: str, split: str, data_dir=None, *, return_report: bool = False, **options):
     """Records (id, document, history, response, meta) of one split of a data set.
 
-    ``name`` is ``faithdial``, ``multidoc2dial`` or ``topicalchat``; ``data_dir`` is the folder
+    ``name`` is ``faithdial``, ``faithdial_audit`` (annotated system responses; ``split`` is
+    ``all`` or a system, ``mapping`` is ``strict`` or ``lenient``), ``multidoc2dial`` or ``topicalchat``; ``data_dir`` is the folder
     of the official files (FaithDial: None reads the hub). Data-set options pass through
     (``rare``, ``skip_personal_knowledge``, ``reading_set`` for Topical-Chat; ``dial_file``,
     ``doc_file`` for MultiDoc2Dial). What was skipped or could not be resolved is logged; with

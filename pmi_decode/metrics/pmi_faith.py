@@ -108,6 +108,14 @@ class PMIFaith:
         share_contexts: decoder-only models: when several responses have the same prompt (the
             same dialogue decoded many ways, or the empty UPMI prompt), run that prompt once and
             reuse its KV cache for each response. Same scores up to float rounding.
+        allow_empty_history: score responses that open a dialogue (empty history) instead of
+            raising; their CPMI then equals their UPMI (both prompts lack a history).
+        aggregations: also return the word-level aggregations of
+            :mod:`pmi_decode.metrics.token_aggregation` (``cpmi_low3``, ``cpmi_supported_share``,
+            ``cpmi_novel_mean``, ...), which do not dilute one unsupported word the way the token
+            mean does. They need spaCy (``spacy_model``) and the per-token values, not the EOS.
+        aggregation_k, aggregation_margin: ``k`` of ``cpmi_low{k}``, and the word CPMI below which a
+            content word counts as unsupported in ``cpmi_supported_share``.
     """
 
     def __init__(
@@ -125,6 +133,11 @@ class PMIFaith:
         device=None,
         dtype=None,
         share_contexts: bool = True,
+        allow_empty_history: bool = False,
+        aggregations: bool = False,
+        aggregation_k: int = 3,
+        aggregation_margin: float = -0.5,
+        spacy_model: str = "en_core_web_sm",
     ):
         compute = tuple(compute)
         if not compute or any(c not in ("cpmi", "upmi") for c in compute):
@@ -156,6 +169,15 @@ class PMIFaith:
         self.batch_size = batch_size
         self.include_eos = include_eos
         self.share_contexts = share_contexts
+        self.allow_empty_history = allow_empty_history
+        if not isinstance(aggregation_k, int) or isinstance(aggregation_k, bool) or aggregation_k < 1:
+            raise ValueError(f"aggregation_k must be a positive integer, got {aggregation_k!r}")
+        if aggregations and "cpmi" not in compute:
+            raise ValueError("aggregations=True needs 'cpmi' in compute (they are word-level CPMI scores)")
+        self.aggregations = aggregations
+        self.aggregation_k = aggregation_k
+        self.aggregation_margin = float(aggregation_margin)
+        self.spacy_model = spacy_model
         self.num_truncated = 0
         forward = inspect.signature(model.forward).parameters
         self._takes_position_ids = "position_ids" in forward
@@ -189,7 +211,8 @@ class PMIFaith:
         contexts, truncated = {}, False
         if "cpmi" in self.compute:
             with_history = encode_dialogue(self.tokenizer, document, history,
-                                           max_history_turns=self.max_history_turns, **common)
+                                           max_history_turns=self.max_history_turns,
+                                           allow_empty_history=self.allow_empty_history, **common)
             contexts["dh"], contexts["h"] = with_history.conditional, with_history.unconditional
             truncated = with_history.truncated
         if "upmi" in self.compute:
@@ -324,7 +347,10 @@ class PMIFaith:
         """One dict per response: ``cpmi_sum``, ``cpmi_mean``, ``upmi_sum``, ``upmi_mean``,
         ``num_tokens``, ``truncated``; with ``return_tokens``, also ``tokens`` (the response
         tokens as text), ``token_cpmi`` and ``token_upmi`` (per-token values that sum to the
-        totals) and ``token_logprob_dh`` / ``token_logprob_d`` (log P of each token with the document). ``self.num_truncated`` counts the responses of this call whose prompt was cut.
+        totals) and ``token_logprob_dh`` / ``token_logprob_d`` (log P of each token with the document);
+        with ``aggregations=True`` (constructor), the word-level scores of
+        :mod:`~pmi_decode.metrics.token_aggregation`. ``self.num_truncated`` counts the responses
+        of this call whose prompt was cut.
         """
         for name, value in (("documents", documents), ("histories", histories), ("responses", responses)):
             if isinstance(value, str):
@@ -386,10 +412,25 @@ class PMIFaith:
                 if return_tokens:
                     result[f"token_{name}"] = values.tolist()
                     result[f"token_logprob_{cond}"] = logprobs[(i, cond)].tolist()
+            tokens = [self.tokenizer.decode([t]) for t in response_ids[i]]
             if return_tokens:
-                result["tokens"] = [self.tokenizer.decode([t]) for t in response_ids[i]]
+                result["tokens"] = tokens
+            if self.aggregations:
+                result.update(self._aggregate(tokens, logprobs, i, responses[i], histories[i]))
             results.append(result)
         return results
+
+    def _aggregate(self, tokens, logprobs, item: int, response: str, history) -> dict:
+        from .token_aggregation import aggregate, load_nlp
+
+        def values(cond, uncond):
+            if (item, cond) not in logprobs:
+                return None
+            return (logprobs[(item, cond)] - logprobs[(item, uncond)]).tolist()
+
+        cpmi, upmi = values("dh", "h"), values("d", "none")
+        return aggregate(tokens, cpmi, upmi, response, history, nlp=load_nlp(self.spacy_model),
+                         k=self.aggregation_k, margin=self.aggregation_margin)
 
     def __call__(self, documents, histories, responses, **kwargs) -> list[dict]:
         return self.score(documents, histories, responses, **kwargs)

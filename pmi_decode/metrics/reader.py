@@ -291,3 +291,50 @@ def mean(values) -> float | None:
     """Mean of the defined values (``None`` and NaN skipped); ``None`` if there are none."""
     kept = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     return sum(kept) / len(kept) if kept else None
+
+
+# ---------------------------------------------------------------------------- scoring registry
+def _last_turns(histories) -> list[str]:
+    turns = []
+    for i, history in enumerate(histories):
+        if isinstance(history, str) or not history:
+            raise ValueError(f"histories[{i}] must be a non-empty list of utterances (the last one the user's)")
+        turns.append(history[-1])
+    return turns
+
+
+def answers_question_metric(documents, histories, responses, *, answers_method: str = "semantic",
+                            sentence_encoder=None, **_) -> list[dict]:
+    """Does the response address the last user turn: cosine of MiniLM sentence embeddings
+    (-1..1; ``answers_method="lexical"``: share of the user's content words reused, 0..1), plus
+    the lexical ``question_overlap`` either way."""
+    turns = _last_turns(histories)
+    overlap = question_overlap(list(responses), turns)
+    answers = (overlap if answers_method == "lexical"
+               else answers_question(list(responses), turns, method=answers_method, encoder=sentence_encoder))
+    return [{"answers_question": a, "question_overlap": o} for a, o in zip(answers, overlap)]
+
+
+def copy_rate_metric(documents, histories, responses, **_) -> list[dict]:
+    """Longest word span copied verbatim from the document, as a share of the response (0-1)."""
+    return [{"copy_rate": v} for v in copy_rate(list(responses), list(documents))]
+
+
+def repetition_metric(documents, histories, responses, **_) -> list[dict]:
+    """distinct-2 within the response (1: no bigram repeats) and the share of its 3-grams that
+    repeat an earlier one (0: none)."""
+    return [{"distinct_2": d, "repeated_3gram_rate": r}
+            for d, r in zip(distinct_n(list(responses), 2), repeated_ngram_rate(list(responses), 3))]
+
+
+def _register() -> None:
+    try:
+        from ..scoring import register_metric
+    except ImportError:  # scoring is optional for users of the functions alone
+        return
+    register_metric("answers_question", answers_question_metric)
+    register_metric("copy_rate", copy_rate_metric)
+    register_metric("repetition", repetition_metric)
+
+
+_register()

@@ -1,0 +1,380 @@
+"""Meta-evaluate every faithfulness feature on both dev sets, and fit the FaithScore.
+
+    python eval/fit_faith_score.py --scorer-model embedded [--write-coefficients]
+
+Reads the token caches written by ``eval/faith_tokens.py`` for BEGIN dev and the FaithDial data
+audit (``.cache/faith/{begin,audit}-<scorer>.jsonl``), computes every feature of
+:mod:`pmi_decode.metrics.faith_score` (PMI-Faith means and aggregations, overlap, length) plus
+ROUGE-L from the cached values, and reports for each data set, side by side:
+
+* AUROC and Spearman with the human labels (no calibration);
+* F1 with the threshold chosen on the *other* data set (min-max range and best-F1 threshold of
+  the other set's values), and F1 with 5-fold cross-calibration within the set.
+
+The FaithScore (standardised L2 logistic regression on ``FEATURE_SET``, ``C`` fixed below, not
+tuned) is fitted on BEGIN's labels and the data audit's *lenient* labels (entailment without
+hallucination; ``--audit-fit-labels strict`` fits the strict ones: they also mark entailed but
+uncooperative responses unfaithful, which no document-grounding feature can see, and the model
+fitted on them transferred worse to BEGIN). Evaluation always uses the strict labels (and
+reports the lenient ones beside). It is evaluated the same way with fitted coefficients: fit on BEGIN -> test on the audit,
+fit on the audit -> test on BEGIN, and 5-fold cross-fitting within each set. With
+``--write-coefficients`` the model refitted on the union of both dev sets is written to
+``pmi_decode/metrics/faith_score_coefficients/<scorer>.json``: the shipped coefficients.
+
+Also writes one JSONL per data set, ``<output-dir>/rows_<dataset>_<scorer>.jsonl`` (``_fit_strict``
+appended to every output name with ``--audit-fit-labels strict``): one row per
+scored response with its key, label(s), source, system, and every metric value (the FaithScore
+values there are out-of-fold predictions of the 5-fold cross-fit, ``faith_score_cross`` those of
+the model fitted on the other set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "eval"))
+
+from faith_tokens import load_rows, read_cache, row_key  # noqa: E402
+
+from pmi_decode.metrics import meta_eval  # noqa: E402
+from pmi_decode.metrics.faith_score import features  # noqa: E402
+from pmi_decode.metrics.overlap import rouge_l  # noqa: E402
+from pmi_decode.metrics.token_aggregation import load_nlp  # noqa: E402
+
+logger = logging.getLogger("fit_faith_score")
+
+#: The FaithScore's inputs: few, each readable, chosen before seeing any held-out data.
+FEATURE_SET = ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
+               "content_in_document", "unsupported_content", "unigram_f1", "log_words")
+C = 1.0
+FOLDS = 5
+DATASETS = ("begin", "audit")
+#: Reported metrics: display name -> row column (higher = more faithful for every one).
+REPORTED = {
+    "Unigram F1": "unigram_f1", "ROUGE-L": "rouge_l",
+    "CPMI mean (EOS)": "cpmi_mean_eos", "CPMI mean": "cpmi_mean", "CPMI sum": "cpmi_sum",
+    "UPMI mean": "upmi_mean", "CPMI content mean": "cpmi_content_mean", "CPMI content min": "cpmi_content_min",
+    "CPMI lowest 3": "cpmi_low3", "CPMI supported share": "cpmi_supported_share",
+    "CPMI not-in-history mean": "cpmi_novel_mean", "min(CPMI, UPMI) mean": "pmi_min_mean",
+    "UPMI lowest 3": "upmi_low3", "Content words in document": "content_in_document",
+    "Unsupported content words (negated)": "neg_unsupported_content",
+    "FaithScore": "faith_score",
+}
+
+
+def build_rows(dataset: str, data_dir: Path, cache_path: Path, nlp) -> list[dict]:
+    """Feature rows of the cached responses of one dev set, in data-set order."""
+    cache = read_cache(cache_path)
+    rows = []
+    for example in load_rows(dataset, data_dir):
+        key = row_key(example)
+        item = cache.get(key)
+        if item is None:
+            continue
+        row = {"key": key, "dataset": dataset, "source": example.data_source, "system": example.model_name,
+               "label": int(example.faithful), "begin_label": example.begin_label}
+        if dataset == "audit":
+            row["label_lenient"] = int(example.faithful_lenient)
+            row["labels"] = list(example.labels)
+        values = features(item, example.knowledge, example.history, example.response, nlp=nlp,
+                          eos_token=item["tokens"][-1])
+        row.update(values)
+        cpmi, upmi = item["token_cpmi"], item["token_upmi"]
+        row["cpmi_mean_eos"] = sum(cpmi) / len(cpmi)
+        row["cpmi_sum"] = sum(cpmi[:-1]) if len(cpmi) > 1 else cpmi[0]
+        row["upmi_sum"] = sum(upmi[:-1]) if len(upmi) > 1 else upmi[0]
+        row["num_tokens"] = item["num_tokens"]
+        row["neg_unsupported_content"] = -row["unsupported_content"]
+        row["_document"], row["_response"] = example.knowledge, example.response
+        rows.append(row)
+    if rows:
+        scores = rouge_l([r["_response"] for r in rows], [r["_document"] for r in rows])
+        for row, value in zip(rows, scores):
+            row["rouge_l"] = value
+    for row in rows:
+        del row["_document"], row["_response"]
+    return rows
+
+
+def matrix(rows, feature_set) -> np.ndarray:
+    return np.array([[float(r[f]) for f in feature_set] for r in rows])
+
+
+def fit(rows, feature_set, c: float = C) -> dict:
+    """Standardised L2 logistic regression; returns the coefficient spec of ``FaithModel``."""
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = matrix(rows, feature_set), np.array([r["fit_label"] for r in rows])
+    mean, std = x.mean(0), x.std(0)
+    std[std == 0] = 1.0
+    model = LogisticRegression(C=c, max_iter=2000).fit((x - mean) / std, y)
+    return {"features": list(feature_set), "mean": mean.tolist(), "std": std.tolist(),
+            "coef": model.coef_[0].tolist(), "intercept": float(model.intercept_[0]), "C": c}
+
+
+def predict(spec, rows) -> np.ndarray:
+    x = (matrix(rows, spec["features"]) - np.array(spec["mean"])) / np.array(spec["std"])
+    z = x @ np.array(spec["coef"]) + spec["intercept"]
+    return 1 / (1 + np.exp(-z))
+
+
+def strata(rows) -> list[str]:
+    return [f"{r['system']}|{r['label']}" if r["dataset"] == "audit" else f"{r['source']}|{r['label']}" for r in rows]
+
+
+def evaluate(values, labels, sources, other_values, other_labels, folds) -> dict:
+    """AUROC/Spearman, F1 with the other set's threshold, F1 cross-calibrated within the set."""
+    result = meta_eval.correlations(values, labels)
+    transfer = meta_eval.evaluate(other_values, other_labels, values, labels, sources)
+    result["f1_other_threshold"] = transfer["f1"]
+    result["precision_other_threshold"] = transfer["precision"]
+    result["recall_other_threshold"] = transfer["recall"]
+    cv = meta_eval.cross_validated(values, labels, sources, folds)
+    result["f1_cv"] = cv["f1"]
+    result["f1_cv_fold_std"] = cv["fold_f1_std"]
+    return result
+
+
+def _auroc(values: np.ndarray, labels: np.ndarray) -> float:
+    """AUROC from ranks (Mann-Whitney U), ties averaged: fast enough to bootstrap."""
+    from scipy.stats import rankdata
+
+    ranks = rankdata(values)
+    positives = labels.sum()
+    negatives = len(labels) - positives
+    return float((ranks[labels == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def bootstrap_auroc_ci(values, labels, seed=0, n=500) -> list[float]:
+    """95% percentile interval of AUROC over ``n`` resamples of the rows (seeded)."""
+    rng = np.random.default_rng(seed)
+    values, labels = np.asarray(values, dtype=float), np.asarray(labels, dtype=int)
+    stats = []
+    for _ in range(n):
+        idx = rng.integers(0, len(values), len(values))
+        if labels[idx].min() != labels[idx].max():
+            stats.append(_auroc(values[idx], labels[idx]))
+    return [float(np.percentile(stats, 2.5)), float(np.percentile(stats, 97.5))]
+
+
+def markdown(report: dict) -> str:
+    lines = [f"Scorer: {report['scorer_model']}. Rows: " + ", ".join(
+        f"{d} {report['datasets'][d]['num_rows']} ({report['datasets'][d]['num_faithful']} faithful)"
+        for d in DATASETS) + ".", ""]
+    header = "| Metric | " + " | ".join(f"{d} AUROC | {d} Spearman | {d} F1 (other thr.) | {d} F1 (CV)"
+                                        for d in DATASETS) + " |"
+    lines += [header, "|---" * (1 + 4 * len(DATASETS)) + "|"]
+    for name in report["metrics"]:
+        cells = []
+        for d in DATASETS:
+            r = report["metrics"][name].get(d)
+            cells.append("- | - | - | -" if r is None else
+                         f"{r['auroc']:.3f} | {r['spearman']:.3f} | {r['f1_other_threshold']:.3f} | {r['f1_cv']:.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "FaithScore rows: trained on the other data set (transfer), or 5-fold cross-fitted within "
+              "the set (CV; the F1 columns then threshold the out-of-fold probabilities).", ""]
+    lines += ["| Data-audit AUROC, lenient mapping | value |", "|---|---|"]
+    lines += [f"| {name} | {v:.3f} |" for name, v in report["audit_lenient_auroc"].items()]
+    lines += ["", f"FaithScore fitted with the audit's {report['audit_fit_labels']} labels."]
+    lines += ["", "| Data-audit AUROC per system | " + " | ".join(report["audit_by_system_systems"]) + " |",
+              "|---" * (1 + len(report["audit_by_system_systems"])) + "|"]
+    for name, by in report["audit_by_system"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{by.get(s, float('nan')):.3f}" for s in
+                                                 report["audit_by_system_systems"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def single_set_report(rows, dataset: str, args, scorer: str) -> dict:
+    """When only one dev set has enough cached rows (a slow scorer): every metric's AUROC,
+    Spearman and cross-calibrated F1 within that set, and the FaithScore cross-fitted within it
+    (no transfer, no shipped coefficients)."""
+    for row in rows:
+        row["fit_label"] = row.get("label_lenient", row["label"]) if args.audit_fit_labels == "lenient" else row["label"]
+    folds = meta_eval.stratified_folds(strata(rows), FOLDS, 0)
+    oof = np.zeros(len(rows))
+    for fold in range(FOLDS):
+        train = [r for r, f in zip(rows, folds) if f != fold]
+        test_index = np.flatnonzero(folds == fold)
+        oof[test_index] = predict(fit(train, FEATURE_SET), [rows[i] for i in test_index])
+    for row, value in zip(rows, oof):
+        row["faith_score"] = float(value)
+    labels = np.array([r["label"] for r in rows])
+    sources = np.array([r["source"] for r in rows])
+    report = {"scorer_model": args.scorer_model, "dataset": dataset, "num_rows": len(rows),
+              "num_faithful": int(labels.sum()), "by_source_rows": {s: int((sources == s).sum()) for s in set(sources)},
+              "feature_set": list(FEATURE_SET), "C": C, "folds": FOLDS, "metrics": {}}
+    lines = [f"Scorer: {args.scorer_model}; {dataset} only, {len(rows)} rows ({int(labels.sum())} faithful); "
+             "FaithScore 5-fold cross-fitted within the set.", "",
+             "| Metric | AUROC | Spearman | F1 (CV) |", "|---|---|---|---|"]
+    for name, column in REPORTED.items():
+        values = np.array([r[column] for r in rows], dtype=float)
+        cv = meta_eval.cross_validated(values, labels, sources, folds)
+        result = {"auroc": cv["auroc"], "spearman": cv["spearman"], "f1_cv": cv["f1"],
+                  "auroc_ci95": bootstrap_auroc_ci(values, labels)}
+        report["metrics"][name] = result
+        lines.append(f"| {name} | {result['auroc']:.3f} | {result['spearman']:.3f} | {result['f1_cv']:.3f} |")
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / f"rows_{dataset}_{scorer}.jsonl").open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    (out / f"faith_results_{scorer}_{dataset}_only.json").write_text(json.dumps(report, indent=2))
+    (out / f"faith_results_{scorer}_{dataset}_only.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return report
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scorer-model", default="embedded")
+    parser.add_argument("--begin-dir", default=str(ROOT.parent / "shared" / "data" / "begin"))
+    parser.add_argument("--audit-dir", default=str(ROOT.parent / "shared" / "data" / "faithdial_data_audit"))
+    parser.add_argument("--cache-dir", default=".cache/faith")
+    parser.add_argument("--output-dir", default="docs/results/faith")
+    parser.add_argument("--audit-fit-labels", choices=["strict", "lenient"], default="lenient",
+                        help="labels of the data-audit rows the FaithScore is fitted on (evaluation always "
+                             "reports the strict mapping, and the lenient one beside it)")
+    parser.add_argument("--same-rows-as", help="evaluate only the rows this other scorer has cached (outputs get "
+                        "_on_<scorer>_rows in their names); never with --write-coefficients")
+    parser.add_argument("--write-coefficients", action="store_true",
+                        help="write the union-fitted coefficients into the package")
+    args = parser.parse_args(argv)
+    if args.same_rows_as and args.write_coefficients:
+        raise SystemExit("--same-rows-as is for comparisons; fit the shipped coefficients on every cached row")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    nlp = load_nlp()
+    logger.info("spaCy loaded")
+    scorer = args.scorer_model.replace("/", "_")
+    dirs = {"begin": Path(args.begin_dir), "audit": Path(args.audit_dir)}
+    rows = {d: build_rows(d, dirs[d], Path(args.cache_dir) / f"{d}-{scorer}.jsonl", nlp) for d in DATASETS}
+    if args.same_rows_as:
+        # Like-with-like comparisons between scorers: keep the rows the other scorer has scored too.
+        for d in DATASETS:
+            keys = set(read_cache(Path(args.cache_dir) / f"{d}-{args.same_rows_as.replace('/', '_')}.jsonl"))
+            rows[d] = [r for r in rows[d] if r["key"] in keys]
+        scorer = f"{scorer}_on_{args.same_rows_as.replace('/', '_')}_rows"
+    logger.info("features: %s", {d: len(rows[d]) for d in DATASETS})
+    for row in rows["begin"]:
+        row["fit_label"] = row["label"]
+    for row in rows["audit"]:
+        row["fit_label"] = row["label_lenient"] if args.audit_fit_labels == "lenient" else row["label"]
+    usable = [d for d in DATASETS if len(rows[d]) >= 50]
+    if not usable:
+        raise SystemExit(f"fewer than 50 cached rows of each dev set for {scorer}; run eval/faith_tokens.py first")
+    if len(usable) == 1:
+        return single_set_report(rows[usable[0]], usable[0], args, scorer)
+    for row in rows["begin"] + rows["audit"]:
+        row.setdefault("fit_label", row["label"])
+    folds = {d: meta_eval.stratified_folds(strata(rows[d]), FOLDS, 0) for d in DATASETS}
+
+    # FaithScore values: transfer (fit on the other set) and out-of-fold within the set.
+    specs = {d: fit(rows[d], FEATURE_SET) for d in DATASETS}
+    for d in DATASETS:
+        other = "audit" if d == "begin" else "begin"
+        transfer = predict(specs[other], rows[d])
+        oof = np.zeros(len(rows[d]))
+        for fold in range(FOLDS):
+            train = [r for r, f in zip(rows[d], folds[d]) if f != fold]
+            test_index = np.flatnonzero(folds[d] == fold)
+            oof[test_index] = predict(fit(train, FEATURE_SET), [rows[d][i] for i in test_index])
+        for row, t, o in zip(rows[d], transfer, oof):
+            row["faith_score_cross"], row["faith_score"] = float(t), float(o)
+
+    report = {"scorer_model": args.scorer_model, "feature_set": list(FEATURE_SET), "C": C, "folds": FOLDS,
+              "audit_fit_labels": args.audit_fit_labels,
+              "datasets": {}, "metrics": {}, "faith_score_fits": specs}
+    for d in DATASETS:
+        labels = np.array([r["label"] for r in rows[d]])
+        report["datasets"][d] = {"num_rows": len(rows[d]), "num_faithful": int(labels.sum()),
+                                 "cache": str(Path(args.cache_dir) / f"{d}-{args.scorer_model.replace('/', '_')}.jsonl")}
+    for name, column in REPORTED.items():
+        report["metrics"][name] = {}
+        for d in DATASETS:
+            other = "audit" if d == "begin" else "begin"
+            values = np.array([r[column] for r in rows[d]], dtype=float)
+            labels = np.array([r["label"] for r in rows[d]])
+            sources = np.array([r["source"] for r in rows[d]])
+            if column == "faith_score":
+                # Transfer: the model fitted on the other set, thresholded on its own fit data.
+                transfer_values = np.array([r["faith_score_cross"] for r in rows[d]])
+                other_fit_values = predict(specs[other], rows[other])
+                other_labels = np.array([r["label"] for r in rows[other]])
+                result = meta_eval.correlations(transfer_values, labels)
+                tr = meta_eval.evaluate(other_fit_values, other_labels, transfer_values, labels, sources)
+                result.update(f1_other_threshold=tr["f1"], precision_other_threshold=tr["precision"],
+                              recall_other_threshold=tr["recall"])
+                cv = meta_eval.cross_validated(values, labels, sources, folds[d])
+                result.update(f1_cv=cv["f1"], f1_cv_fold_std=cv["fold_f1_std"],
+                              auroc_cv=cv["auroc"], spearman_cv=cv["spearman"])
+                result["auroc_ci95"] = bootstrap_auroc_ci(transfer_values, labels)
+                report["metrics"]["FaithScore (transfer)"] = {**report["metrics"].get("FaithScore (transfer)", {}),
+                                                              d: result}
+                cv_result = evaluate(values, labels, sources,
+                                     np.array([r["faith_score_cross"] for r in rows[other]]), other_labels, folds[d])
+                cv_result["auroc_ci95"] = bootstrap_auroc_ci(values, labels)
+                report["metrics"]["FaithScore (CV)"] = {**report["metrics"].get("FaithScore (CV)", {}), d: cv_result}
+                continue
+            other_values = np.array([r[column] for r in rows[other]], dtype=float)
+            other_labels = np.array([r["label"] for r in rows[other]])
+            result = evaluate(values, labels, sources, other_values, other_labels, folds[d])
+            result["auroc_ci95"] = bootstrap_auroc_ci(values, labels)
+            report["metrics"][name][d] = result
+        if not report["metrics"][name]:
+            del report["metrics"][name]
+
+    from sklearn.metrics import roc_auc_score
+
+    audit = rows["audit"]
+    lenient = np.array([r["label_lenient"] for r in audit])
+    report["audit_lenient_auroc"] = {}
+    report["audit_by_system"] = {}
+    systems = sorted({r["system"] for r in audit})
+    report["audit_by_system_systems"] = systems
+    reported = {**REPORTED, "FaithScore (transfer)": "faith_score_cross"}
+    for name, column in reported.items():
+        values = np.array([r[column] for r in audit], dtype=float)
+        report["audit_lenient_auroc"][name] = float(roc_auc_score(lenient, values))
+        by = {}
+        for system in systems:
+            mask = np.array([r["system"] == system for r in audit])
+            labels = np.array([r["label"] for r in audit])[mask]
+            if labels.min() != labels.max():
+                by[system] = float(roc_auc_score(labels, values[mask]))
+        report["audit_by_system"][name] = by
+
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    suffix = "" if args.audit_fit_labels == "lenient" else "_fit_strict"
+    for d in DATASETS:
+        with (out / f"rows_{d}_{scorer}{suffix}.jsonl").open("w", encoding="utf-8") as handle:
+            for row in rows[d]:
+                handle.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
+                                         for k, v in row.items()}) + "\n")
+    if args.write_coefficients:
+        union = fit(rows["begin"] + rows["audit"], FEATURE_SET)
+        union.update(scorer_model=args.scorer_model, fitted_on={d: report["datasets"][d] for d in DATASETS},
+                     fitted_by=f"eval/fit_faith_score.py --scorer-model {args.scorer_model} --write-coefficients",
+                     labels="BEGIN: Fully attributable = 1; data audit: " + (
+                         "entailment alone = 1 (strict mapping)" if args.audit_fit_labels == "strict"
+                         else "entailment without hallucination = 1 (lenient mapping)"))
+        target = ROOT / "pmi_decode" / "metrics" / "faith_score_coefficients" / f"{scorer}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(union, indent=2) + "\n")
+        report["shipped_coefficients"] = str(target.relative_to(ROOT))
+    (out / f"faith_results_{scorer}{suffix}.json").write_text(json.dumps(report, indent=2))
+    (out / f"faith_results_{scorer}{suffix}.md").write_text(markdown(report))
+    print(markdown(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Every ```python block of README.md and of the public objects' docstrings runs as printed.
+
+How a block runs (the only substitutions, so a snippet that is wrong fails here):
+
+* Model loading is redirected to tiny random models: ``load_model_and_tokenizer(ID)`` and
+  ``AutoTokenizer/AutoModelForCausalLM/AutoModelForSeq2SeqLM.from_pretrained(ID)`` return the
+  stand-in that ``STAND_INS`` names for ``ID`` (an id missing there fails the test: add one).
+* Names a block uses without defining them are the ones the surrounding text describes
+  (``model``, ``tokenizer``, ``inputs``, ``documents``, ``histories``, ``responses``,
+  ``document``, ``history``, ``alpha``, ``p``): ``prelude()`` provides them, from a tiny
+  decoder-only model. Each block starts from a fresh copy of that namespace.
+* Doctest prompts (``>>>``, ``...``) are stripped.
+
+A block that cannot run offline opts out with the marker ``snippet-test: skip <reason>``: in
+Markdown on the line right above the fence (``<!-- snippet-test: skip needs a GPU -->``), in a
+docstring as the block's first line (``# snippet-test: skip needs a GPU``). The reason is
+required, and a marker without one fails.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
+
+import pmi_decode
+import pmi_decode.metrics
+from pmi_decode import build_inputs
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKER = re.compile(r"snippet-test:\s*skip\b\s*(.*?)\s*(?:-->)?\s*$")
+FENCE = re.compile(r"^(\s*)```python\s*$")
+
+
+def _llama():
+    return tiny_model("llama", dtype=torch.float32, logit_scale=PEAKED["llama"]), tiny_tokenizer("llama", chat=True)
+
+
+def _bart():
+    return tiny_model("bart", dtype=torch.float32, logit_scale=PEAKED["bart"]), tiny_tokenizer("bart")
+
+
+def _bloom():
+    return tiny_model("bloom", dtype=torch.float32), tiny_tokenizer("bloom")
+
+
+# The model ids the README and docstrings use, each with a tiny model of the same kind.
+STAND_INS = {
+    "embedded": _llama,
+    "embedded-gemma": _llama,
+    "HuggingFaceTB/SmolLM2-135M-Instruct": _llama,
+    "facebook/bart-large": _bart,
+    "bigscience/bloom-560m": _bloom,
+}
+
+
+def _stand_in(name):
+    key = "embedded" if name is None else str(name)
+    if key not in STAND_INS:
+        raise KeyError(f"no tiny stand-in for model {key!r}: add one to STAND_INS in tests/test_snippets.py")
+    return STAND_INS[key]()
+
+
+def _blocks(text: str, origin: str, *, markdown: bool) -> list:
+    """(id, code, skip reason or None) for every ```python block of ``text``."""
+    lines, found, i = text.splitlines(), [], 0
+    while i < len(lines):
+        match = FENCE.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        indent, start = len(match.group(1)), i
+        body = []
+        i += 1
+        while i < len(lines) and lines[i].strip() != "```":
+            body.append(lines[i][indent:])
+            i += 1
+        i += 1
+        marker_line = lines[start - 1] if markdown and start > 0 else (body[0] if body else "")
+        marker = MARKER.search(marker_line) if "snippet-test" in marker_line else None
+        code = "\n".join(_strip_prompts(body))
+        found.append((f"{origin}:{start + 1}", code, None if marker is None else marker.group(1)))
+    return found
+
+
+def _strip_prompts(body: list[str]) -> list[str]:
+    if not any(line.lstrip().startswith(">>>") for line in body):
+        return body
+    return [line.lstrip()[4:] for line in body if line.lstrip().startswith((">>>", "..."))]
+
+
+def _public_docstrings():
+    for module in (pmi_decode, pmi_decode.metrics):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            yield f"{module.__name__}.{name}", inspect.getdoc(obj)
+            if inspect.isclass(obj):
+                for attr, value in vars(obj).items():
+                    if not attr.startswith("_"):
+                        yield f"{module.__name__}.{name}.{attr}", inspect.getdoc(value)
+
+
+def _all_blocks() -> list:
+    blocks = _blocks((ROOT / "README.md").read_text(), "README.md", markdown=True)
+    seen = set()
+    for origin, doc in _public_docstrings():
+        if doc and doc not in seen:
+            seen.add(doc)
+            blocks += _blocks(doc, origin, markdown=False)
+    return blocks
+
+
+BLOCKS = _all_blocks()
+
+
+def prelude() -> dict:
+    model, tokenizer = _llama()
+    documents, histories = [d for d, _ in DIALOGUES[:2]], [h for _, h in DIALOGUES[:2]]
+    return {
+        "model": model,
+        "tokenizer": tokenizer,
+        "documents": documents,
+        "histories": histories,
+        "responses": ["It was built in 1889.", "Kind of Blue came out in 1959."],
+        "document": documents[0],
+        "history": histories[0],
+        "inputs": build_inputs(tokenizer, documents, histories, model=model),
+        "alpha": 0.5,
+        "p": 0.9,
+    }
+
+
+@pytest.fixture
+def stand_ins(monkeypatch):
+    import transformers
+
+    import pmi_decode.models
+
+    monkeypatch.setattr(pmi_decode.models, "load_model_and_tokenizer", lambda name="embedded", **kw: _stand_in(name))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda name, *a, **kw: _stand_in(name)[1])
+    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM):
+        monkeypatch.setattr(auto, "from_pretrained", lambda name, *a, **kw: _stand_in(name)[0])
+
+
+def test_the_readme_and_docstrings_have_snippets():
+    """Guards the extraction itself: a regex that found nothing would make every test vacuous."""
+    origins = {origin.split(":")[0] for origin, _, _ in BLOCKS}
+    assert "README.md" in origins and "pmi_decode.PMIDecode" in origins
+    assert sum(origin.startswith("README.md") for origin, _, _ in BLOCKS) >= 5
+
+
+@pytest.mark.parametrize("origin,code,skip", BLOCKS, ids=[b[0] for b in BLOCKS])
+def test_snippet_runs(origin, code, skip, stand_ins):
+    if skip is not None:
+        assert skip, f"{origin}: a snippet-test skip marker needs a reason"
+        pytest.skip(f"opted out: {skip}")
+    namespace = prelude()
+    exec(compile(code, origin, "exec"), namespace)
+
+
+def test_a_broken_snippet_fails(stand_ins):
+    """The runner must not swallow errors: a snippet with a wrong keyword fails."""
+    code = "from pmi_decode import PMIDecode\nPMIDecode(0.5, 0.9, modle=model)"
+    with pytest.raises(TypeError):
+        exec(compile(code, "broken", "exec"), prelude())
+
+
+def test_markers_are_read():
+    text = "<!-- snippet-test: skip needs CUDA -->\n```python\nimport nothing_here\n```\n"
+    assert _blocks(text, "x", markdown=True)[0][2] == "needs CUDA"
+    assert _blocks("```python\n>>> a = 1\n>>> b = a + 1\n```", "y", markdown=False)[0][1] == "a = 1\nb = a + 1"
