@@ -14,6 +14,10 @@ import os
 import sys
 
 DEFAULTS = dict(alpha=0.5, p=0.9, num_beams=4, max_new_tokens=64, batch_size=8, seed=0)
+#: Guards of ``generate`` (docs/decoding.md says why): layout markers are banned; no-repeat n-grams stay
+#: off, because on decoder-only models generate counts the prompt's n-grams too, which forbids quoting
+#: the document; the repetition penalty stays off, since it penalises reusing the document's words.
+GUARD_DEFAULTS = dict(no_repeat_ngram_size=0, repetition_penalty=1.0, block_layout_markers=True)
 DEMO_DEFAULTS = dict(alpha=0.5, p=0.9, num_beams=4, max_new_tokens=40)
 
 
@@ -31,6 +35,64 @@ def _unit_interval(name: str, *, open_left: bool):
         return value
 
     return parse
+
+
+def _alpha(text: str):
+    """--alpha: a number in [0, 1] or adaptive[:MAX_ALPHA[:EXPONENT]]."""
+    if text.strip().lower().startswith("adaptive"):
+        from .adaptive import parse_alpha
+
+        try:
+            return parse_alpha(text).spec
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return _unit_interval("--alpha", open_left=False)(text)
+
+
+def _non_negative_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 0 (0 = off), got {value}")
+        return value
+
+    return parse
+
+
+def _positive_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{name} must be > 0 (1 = off), got {text}")
+        return value
+
+    return parse
+
+
+def _add_guard_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-repeat-ngram-size", type=_non_negative_int("--no-repeat-ngram-size"),
+        default=GUARD_DEFAULTS["no_repeat_ngram_size"],
+        help="never repeat a token n-gram of this size (generate's option; on decoder-only models it also "
+        f"forbids repeating n-grams of the prompt, i.e. quoting the document); 0 = off "
+        f"(default {GUARD_DEFAULTS['no_repeat_ngram_size']})",
+    )
+    parser.add_argument(
+        "--repetition-penalty", type=_positive_float("--repetition-penalty"),
+        default=GUARD_DEFAULTS["repetition_penalty"],
+        help="generate's repetition penalty; 1 = off (default 1)",
+    )
+    parser.add_argument(
+        "--allow-layout-markers", dest="block_layout_markers", action="store_false",
+        help='let responses contain the prompt layout\'s markers ("Document:", "User:", "Agent:"), '
+        "which are banned by default",
+    )
 
 
 def _positive_int(name: str):
@@ -58,8 +120,9 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_decoding_arguments(parser: argparse.ArgumentParser, defaults: dict) -> None:
     parser.add_argument(
-        "--alpha", type=_unit_interval("--alpha", open_left=False), default=defaults["alpha"],
-        help=f"weight of the PMI term in [0, 1]; 0 is plain decoding (default {defaults['alpha']})",
+        "--alpha", type=_alpha, default=defaults["alpha"],
+        help="weight of the PMI term in [0, 1]; 0 is plain decoding; 'adaptive[:MAX_ALPHA[:EXPONENT]]' sets it "
+        f"per token from how much the document changes the next-token distribution (default {defaults['alpha']})",
     )
     parser.add_argument(
         "--p", type=_unit_interval("--p", open_left=True), default=defaults["p"],
@@ -106,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--output", required=True, help="JSONL file to write (appended to when resuming)")
     _add_model_arguments(gen)
     _add_decoding_arguments(gen, DEFAULTS)
+    _add_guard_arguments(gen)
     gen.add_argument("--do-sample", action="store_true", help="sample instead of searching (seeded by --seed)")
     gen.add_argument(
         "--batch-size", type=_positive_int("--batch-size"), default=DEFAULTS["batch_size"],
@@ -161,6 +225,19 @@ def _load(args):
     return load_model_and_tokenizer(args.model, device=args.device, dtype=args.dtype)
 
 
+def _decode_options(args) -> dict:
+    """The ``decode_records`` options of ``generate`` (one place, so the one-process and the
+    sharded runs decode, and save settings, alike)."""
+    return dict(
+        alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed, compare=args.compare,
+        model_name=args.model, max_length=args.max_input_length, max_history_turns=args.max_history_turns,
+        chat_template=_chat_flag(args.chat_template), extra_settings={"dtype": args.dtype},
+        no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
+        block_layout_markers=args.block_layout_markers,
+    )
+
+
 def _run_generate(args) -> int:
     from .decode_file import (
         check_output_path,
@@ -172,12 +249,9 @@ def _run_generate(args) -> int:
     )
 
     records = read_dialogues_jsonl(args.input)
-    settings = decode_settings(
-        alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
-        max_new_tokens=args.max_new_tokens, seed=args.seed, model_name=args.model, compare=args.compare,
-        batch_size=args.batch_size, max_length=args.max_input_length, max_history_turns=args.max_history_turns,
-        chat_template=_chat_flag(args.chat_template), dtype=args.dtype,
-    )
+    options = _decode_options(args)
+    settings = decode_settings(**{k: v for k, v in options.items() if k != "extra_settings"},
+                               **options["extra_settings"])
     if os.path.abspath(args.input) == os.path.abspath(args.output):
         raise ValueError("--output must differ from --input")
     check_output_path(args.output, "--output")
@@ -195,12 +269,7 @@ def _run_generate(args) -> int:
         print(f"nothing to do: all {len(records)} dialogues are in {args.output}", file=sys.stderr)
         return 0
     model, tokenizer = _load(args)
-    outputs = decode_records(
-        todo, model, tokenizer, alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
-        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed, compare=args.compare,
-        model_name=args.model, max_length=args.max_input_length, max_history_turns=args.max_history_turns,
-        chat_template=_chat_flag(args.chat_template), progress=not args.quiet, extra_settings={"dtype": args.dtype},
-    )
+    outputs = decode_records(todo, model, tokenizer, progress=not args.quiet, **_decode_options(args))
     written = write_records(args.output, outputs)
     print(f"wrote {written} dialogues to {args.output}", file=sys.stderr)
     return 0
@@ -213,13 +282,8 @@ def _run_generate_sharded(args, records, settings, processes) -> int:
 
     if args.device is None:
         args.device = processes.device  # one accelerator per process (None on CPUs: the default)
-    result = decode_sharded(
-        records, args.output, lambda: _load(args), settings=settings, processes=processes, progress=not args.quiet,
-        alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
-        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed, compare=args.compare,
-        model_name=args.model, max_length=args.max_input_length, max_history_turns=args.max_history_turns,
-        chat_template=_chat_flag(args.chat_template), extra_settings={"dtype": args.dtype},
-    )
+    result = decode_sharded(records, args.output, lambda: _load(args), settings=settings, processes=processes,
+                            progress=not args.quiet, **_decode_options(args))
     if processes.is_main:
         print(f"wrote {result['merged']} dialogues to {args.output} from {processes.count} processes", file=sys.stderr)
     return 0

@@ -31,7 +31,8 @@ from .inputs import (
     pad_token_id,
     use_chat_template_for,
 )
-from .processor import PMIDecode, validate_alpha_p
+from .adaptive import alpha_setting, resolve_alpha
+from .processor import PMIDecode
 
 logger = logging.getLogger(__name__)
 
@@ -175,13 +176,15 @@ def write_records(path: str | os.PathLike, records: Iterable[dict]) -> int:
 
 def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, model_name=None, compare=False,
                     batch_size=None, max_length=None, max_history_turns=None, chat_template=None, format=None,
+                    no_repeat_ngram_size=None, repetition_penalty=None, block_layout_markers=False,
                     **options) -> dict:
     """The settings stored with every output record and compared on resume: every option that
     can change a record's content. ``batch_size`` is one of them: it decides which dialogues share
     a batch, hence the padding and, when sampling, each batch's seed. ``options``: further
-    content-changing options (JSON values), stored as given."""
+    content-changing options (JSON values), stored as given. The guards are written only when
+    set, so files decoded without them still resume."""
     settings = {
-        "alpha": float(alpha),
+        "alpha": alpha_setting(alpha),
         "p": float(p),
         "num_beams": int(num_beams),
         "do_sample": bool(do_sample),
@@ -193,6 +196,12 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
         "max_history_turns": None if max_history_turns is None else int(max_history_turns),
         "chat_template": chat_template,
     }
+    if no_repeat_ngram_size:
+        settings["no_repeat_ngram_size"] = int(no_repeat_ngram_size)
+    if repetition_penalty is not None and float(repetition_penalty) != 1.0:
+        settings["repetition_penalty"] = float(repetition_penalty)
+    if block_layout_markers:
+        settings["block_layout_markers"] = True
     if format is not None:
         import dataclasses
 
@@ -351,6 +360,9 @@ def decode_records(
     extra_settings: dict | None = None,
     skip_ids: Collection | None = None,
     shard: tuple[int, int] | None = None,
+    no_repeat_ngram_size: int | None = None,
+    repetition_penalty: float | None = None,
+    block_layout_markers: bool = False,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
@@ -364,7 +376,12 @@ def decode_records(
     with every decoding step, a callable gets ``(dialogues_done, total)`` as they move (a float:
     a batch counts in fractions while it decodes), ``False`` shows nothing. ``extra_settings``:
     more content-changing options the caller applied (e.g. the model's dtype), saved with the
-    settings.
+    settings. ``alpha`` may be ``"adaptive"`` (see :mod:`pmi_decode.adaptive`).
+
+    Guards (applied alike to PMI-Decode and to the plain comparison): ``no_repeat_ngram_size``
+    and ``repetition_penalty`` are ``generate``'s own options; ``block_layout_markers`` bans the
+    prompt layout's markers ("Document:", "User:", "Agent:") from responses
+    (:class:`pmi_decode.guards.LayoutMarkerGuard`).
 
     ``skip_ids`` and ``shard=(index, count)`` let a rerun or one of several processes decode
     part of ``records`` while every record keeps the batch (and seed) it gets when all of
@@ -372,7 +389,14 @@ def decode_records(
     batches ``index, index + count, ...``, a batch whose records are all in ``skip_ids`` is not
     run, and records in ``skip_ids`` are not yielded (see :mod:`pmi_decode.distributed`).
     """
-    alpha, p = validate_alpha_p(alpha, p)
+    alpha, p = resolve_alpha(alpha, p)
+    if no_repeat_ngram_size is not None and (isinstance(no_repeat_ngram_size, bool)
+                                             or not isinstance(no_repeat_ngram_size, int) or no_repeat_ngram_size < 0):
+        raise ValueError(f"no_repeat_ngram_size must be an integer >= 0 (0 = off), got {no_repeat_ngram_size!r}")
+    if repetition_penalty is not None and (isinstance(repetition_penalty, bool)
+                                           or not isinstance(repetition_penalty, (int, float))
+                                           or not repetition_penalty > 0):
+        raise ValueError(f"repetition_penalty must be a number > 0 (1 = off), got {repetition_penalty!r}")
     for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -385,7 +409,9 @@ def decode_records(
     settings = decode_settings(
         alpha=alpha, p=p, num_beams=num_beams, do_sample=do_sample, max_new_tokens=max_new_tokens,
         seed=seed, model_name=model_name, compare=compare, batch_size=batch_size, max_length=user_max_length,
-        max_history_turns=max_history_turns, chat_template=chat_template, format=format, **(extra_settings or {}),
+        max_history_turns=max_history_turns, chat_template=chat_template, format=format,
+        no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
+        block_layout_markers=block_layout_markers, **(extra_settings or {}),
     )
     encode_kw = dict(
         is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,
@@ -401,6 +427,15 @@ def decode_records(
     )
     if do_sample:
         generate_kwargs["top_p"] = 1.0  # PMIDecode already keeps only the top-p nucleus
+    if no_repeat_ngram_size:
+        generate_kwargs["no_repeat_ngram_size"] = no_repeat_ngram_size
+    if repetition_penalty is not None and float(repetition_penalty) != 1.0:
+        generate_kwargs["repetition_penalty"] = float(repetition_penalty)
+    if block_layout_markers:
+        from .guards import LayoutMarkerGuard, layout_markers
+
+        guard = LayoutMarkerGuard(tokenizer, layout_markers(format), vocab_size=None)
+        generate_kwargs["logits_processor"] = [guard]
     batches = _batches(records, lengths, batch_size)
     if shard is not None:
         from .distributed import shard_units

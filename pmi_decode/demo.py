@@ -86,7 +86,7 @@ def run_demo(
     model, tokenizer = model_and_tokenizer
     width = width or min(120, max(60, shutil.get_terminal_size((100, 24)).columns))
     search = "greedy search" if num_beams == 1 else f"beam search, {num_beams} beams"
-    labels = (f"PLAIN ({search})", f"PMI-DECODE (alpha={alpha:g}, p={p:g})")
+    labels = (f"PLAIN ({search})", f"PMI-DECODE (alpha={alpha}, p={p:g})")
     outputs = list(
         decode_records(
             records, model, tokenizer, alpha=alpha, p=p, num_beams=num_beams, do_sample=False,

@@ -29,7 +29,8 @@ from transformers.generation.logits_process import (
     NoRepeatNGramLogitsProcessor,
 )
 
-from .processor import PMIDecode, prefill, validate_alpha_p
+from .adaptive import resolve_alpha
+from .processor import PMIDecode, prefill
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +169,8 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
         model: any Hugging Face seq2seq or causal LM.
         inputs: what :func:`~pmi_decode.build_inputs` returns, or ``{"conditional": {...},
             "unconditional": {...}}`` each with ``input_ids`` and ``attention_mask``.
-        alpha, p: the PMI-Decode weight and nucleus mass (see :class:`~pmi_decode.PMIDecode`).
+        alpha, p: the PMI-Decode weight (a number or ``"adaptive"``) and nucleus mass (see
+            :class:`~pmi_decode.PMIDecode`).
         paired: ``None`` picks the paired path whenever it is exact (greedy and beam search with
             the options listed in this module's docstring) and the separate-cache path otherwise;
             ``True`` insists on the paired path (ValueError saying why when it cannot be used);
@@ -182,7 +184,7 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     Sampling and beam sampling always run on the separate path: the paired path cannot make the
     two halves draw the same tokens without patching transformers.
     """
-    alpha, p = validate_alpha_p(alpha, p)
+    alpha, p = resolve_alpha(alpha, p)
     cond, uncond = _unpack(inputs)
     kwargs = dict(generate_kwargs)
     user_processors = kwargs.pop("logits_processor", None)

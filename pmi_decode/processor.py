@@ -31,6 +31,8 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 from transformers.modeling_outputs import BaseModelOutput
 
+from .adaptive import AdaptiveAlpha, resolve_alpha
+
 __all__ = ["PMIDecode", "pmi_scores", "nucleus_mask", "validate_alpha_p", "prefill", "stack_inputs", "conditional_half"]
 
 _NUCLEUS_START_K = 64
@@ -78,9 +80,10 @@ def _keep_sorted(sorted_probs: torch.Tensor, p: float) -> torch.Tensor:
     return keep
 
 
-def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha: float, p: float) -> torch.Tensor:
+def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float) -> torch.Tensor:
     """The PMI-Decode score from the conditional scores (any logits or log-probs) and the
-    unconditional log-probs; -inf outside the nucleus.
+    unconditional log-probs; -inf outside the nucleus. ``alpha`` is a float or an
+    :class:`~pmi_decode.adaptive.AdaptiveAlpha` (one weight per row, from both distributions).
 
     Never NaN, and nothing wins by accident: a token the conditional distribution rules out
     stays -inf whatever lp_u is; a token whose lp_u is -inf or NaN (banned in the unconditional
@@ -89,7 +92,9 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha: float, p:
     conditional log-probs of its nucleus."""
     lp_c = torch.log_softmax(scores, dim=-1)
     keep = nucleus_mask(lp_c, p)
-    if alpha == 0.0 or lp_u is None:
+    if isinstance(alpha, AdaptiveAlpha) and lp_u is not None:
+        alpha = alpha.weights(lp_c, lp_u)
+    if lp_u is None or (not torch.is_tensor(alpha) and alpha == 0.0):
         combined = lp_c
     else:
         lp_u = lp_u.to(lp_c.dtype)
@@ -401,7 +406,9 @@ class PMIDecode(LogitsProcessor):
 
     Args:
         alpha: weight of the pointwise mutual information of token and document, in [0, 1].
-            ``0`` is plain decoding (inside the nucleus), ``1`` pure PMI.
+            ``0`` is plain decoding (inside the nucleus), ``1`` pure PMI. ``"adaptive"`` (or an
+            :class:`~pmi_decode.adaptive.AdaptiveAlpha`) sets it per row and step from the
+            divergence of the two distributions (see :mod:`pmi_decode.adaptive`).
         p: mass of the conditional nucleus the candidates come from, in (0, 1]. Independent of
             ``generate``'s own ``top_p``, which still applies afterwards when sampling.
         model: the model passed to ``generate``; runs the document-free branch (separate mode).
@@ -459,7 +466,7 @@ class PMIDecode(LogitsProcessor):
         unconditional_inputs: dict | None = None,
         conditional_processors: LogitsProcessorList | list | None = None,
     ):
-        self.alpha, self.p = validate_alpha_p(alpha, p)
+        self.alpha, self.p = resolve_alpha(alpha, p)
         self.paired = model is None and unconditional_inputs is None
         if model is None and unconditional_inputs is not None:
             raise ValueError(
@@ -682,7 +689,7 @@ class PMIDecode(LogitsProcessor):
             cond = self.conditional_processors(input_ids[:half], cond)
         if self.alpha == 0.0 and self.p >= 1.0:
             return torch.cat([cond, cond], dim=0)
-        lp_u = torch.log_softmax(scores[half:], dim=-1) if self.alpha > 0 else None
+        lp_u = torch.log_softmax(scores[half:], dim=-1) if self.alpha != 0.0 else None
         if lp_u is not None and bool(torch.isnan(lp_u).any()):
             raise ValueError("paired PMIDecode: the unconditional half's scores hold NaN")
         out = pmi_scores(cond, lp_u, self.alpha, self.p)
@@ -693,5 +700,5 @@ class PMIDecode(LogitsProcessor):
             return self._paired_call(input_ids, scores)
         if self.alpha == 0.0 and self.p >= 1.0:
             return scores
-        lp_u = self._unconditional_log_probs(input_ids, scores.dtype) if self.alpha > 0 else None
+        lp_u = self._unconditional_log_probs(input_ids, scores.dtype) if self.alpha != 0.0 else None
         return pmi_scores(scores, lp_u, self.alpha, self.p)

@@ -68,7 +68,9 @@ def method_name(num_beams: int, do_sample: bool) -> str:
 def objective_name(alpha: float | None, p: float | None, *, pmi: bool = True) -> str:
     if not pmi:
         return "likelihood" if p is None or p >= 1 else f"likelihood (top-p {p:g})"
-    return f"PMI-Decode (alpha={alpha:g}, p={p:g})"
+    from .adaptive import alpha_label
+
+    return f"PMI-Decode (alpha={alpha_label(alpha)}, p={p:g})"
 
 
 def response_sets_from_records(records: Sequence[dict], *, source: str | None = None) -> list[ResponseSet]:
@@ -324,7 +326,9 @@ def reader_markdown(summaries: Sequence[dict]) -> str:
 def table5_markdown(summaries: Sequence[dict], bounds: dict, *, method: str | None = None) -> str:
     """Alpha x p grid, each cell ``PMI-F / ROUGE-L / grammar errors`` (the paper's Table 5)."""
     rows = [s for s in summaries if method is None or s["method"] == method]
-    alphas = sorted({s["alpha"] for s in rows})
+    from .adaptive import alpha_label, alpha_order
+
+    alphas = sorted({s["alpha"] for s in rows}, key=alpha_order)
     ps = sorted({s["p"] for s in rows})
     by = {(s["alpha"], s["p"]): s for s in rows}
     head = "| alpha \\ p | " + " | ".join(f"{p:g}" for p in ps) + " |"
@@ -338,7 +342,7 @@ def table5_markdown(summaries: Sequence[dict], bounds: dict, *, method: str | No
                 continue
             grammar = None if s["grammar_error_rate"] is None else 100 * s["grammar_error_rate"]
             cells.append(f"{_cell(s['pmi_faith_norm'], '.2f')} / {_cell(s['rouge_l'], '.3f')} / {_cell(grammar, '.0f')}%")
-        lines.append(f"| {a:g} | " + " | ".join(cells) + " |")
+        lines.append(f"| {alpha_label(a)} | " + " | ".join(cells) + " |")
     title = f"{method}: " if method else ""
     return (f"{title}each cell: normalised PMI-F / ROUGE-L / grammar errors\n\n" + "\n".join(lines) + "\n\n"
             + bounds_note(bounds) + "\n")

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .adaptive import alpha_label, alpha_order, alpha_setting, alpha_size, resolve_alpha
 from .processor import validate_alpha_p
 
 logger = logging.getLogger(__name__)
@@ -68,16 +69,16 @@ class Cell:
     """One point of the grid."""
 
     method: str
-    alpha: float
+    alpha: float | str  # a number, or an adaptive rule's spec ("adaptive:1:0.5")
     p: float
 
     @property
     def name(self) -> str:
-        return f"alpha{_fmt(self.alpha)}_p{_fmt(self.p)}"
+        return f"alpha{alpha_label(self.alpha).replace(':', '-')}_p{_fmt(self.p)}"
 
     @property
     def label(self) -> str:
-        return f"{self.method} alpha={_fmt(self.alpha)} p={_fmt(self.p)}"
+        return f"{self.method} alpha={alpha_label(self.alpha)} p={_fmt(self.p)}"
 
 
 def _fmt(x: float) -> str:
@@ -126,10 +127,10 @@ class SweepConfig:
         if not self.alphas or not self.ps:
             raise ValueError("alphas and ps must each hold at least one value")
         for a in self.alphas:
-            validate_alpha_p(a, 1.0)
+            resolve_alpha(a, 1.0)  # a number in [0, 1] or "adaptive[:MAX_ALPHA[:EXPONENT]]"
         for p in self.ps:
             validate_alpha_p(0.0, p)
-        self.alphas = sorted({float(a) for a in self.alphas})
+        self.alphas = sorted({alpha_setting(a) for a in self.alphas}, key=alpha_order)
         self.ps = sorted({float(p) for p in self.ps})
         for name in ("num_beams", "max_new_tokens", "batch_size", "scorer_batch_size"):
             value = getattr(self, name)
@@ -196,7 +197,7 @@ def load_sweep_config(path, **overrides) -> SweepConfig:
 
 def grid(methods: Sequence[str], alphas: Sequence[float], ps: Sequence[float]) -> list[Cell]:
     """Every (method, alpha, p) cell, method-major, then alpha, then p."""
-    return [Cell(m, float(a), float(p)) for m in methods for a in alphas for p in ps]
+    return [Cell(m, alpha_setting(a), float(p)) for m in methods for a in alphas for p in ps]
 
 
 def cell_paths(output_dir, cell: Cell) -> dict:
@@ -486,7 +487,7 @@ def best_cell(summaries: Sequence[dict], *, method: str | None = None,
                 and s["grammar_error_rate"] <= max_grammar_error_rate]
         if not rows:
             raise ValueError(f"no cell has a grammar-error rate <= {max_grammar_error_rate}")
-    return max(rows, key=lambda s: (round(s["rouge_l"] + s["pmi_faith_norm"], 12), -s["alpha"], s["p"]))
+    return max(rows, key=lambda s: (round(s["rouge_l"] + s["pmi_faith_norm"], 12), -alpha_size(s["alpha"]), s["p"]))
 
 
 def pareto_front(summaries: Sequence[dict], x: str = "rouge_l", y: str = "pmi_faith_norm") -> list[dict]:
@@ -506,7 +507,7 @@ def paired_differences(sets: Sequence, *, statistic: str = "cpmi_sum") -> list[d
     by_cell = {(rs.meta["method_key"], rs.meta["alpha"], rs.meta["p"]): rs for rs in sets}
     out = []
     for (method, alpha, p), rs in by_cell.items():  # in the order of ``sets`` (grid order)
-        base_alpha = min(a for (m, a, q) in by_cell if m == method and q == p)
+        base_alpha = min((a for (m, a, q) in by_cell if m == method and q == p), key=alpha_order)
         if alpha == base_alpha:
             continue
         base = {r["id"]: r for r in by_cell[(method, base_alpha, p)].scores}
@@ -536,13 +537,13 @@ def paired_differences_markdown(rows: Sequence[dict], statistic: str) -> str:
 
     for r in rows:
         lines.append(
-            f"| {r['method'].replace('_', ' ')} | {r['alpha']:g} | {r['p']:g} | {r['n']} | "
+            f"| {r['method'].replace('_', ' ')} | {alpha_label(r['alpha'])} | {r['p']:g} | {r['n']} | "
             f"{fmt(r['pmi_faith_diff'], r['pmi_faith_ci95'], '.2f')} | "
             f"{fmt(r['rouge_l_diff'], r['rouge_l_ci95'], '.3f')} | "
             f"{fmt(r['grammar_error_rate_diff'], r['grammar_error_rate_ci95'], '.0f', 100)} pts |")
-    base = sorted({r["baseline_alpha"] for r in rows})
+    base = sorted({r["baseline_alpha"] for r in rows}, key=alpha_order)
     lines.append(
-        f"\nEach cell minus the alpha = {', '.join(f'{b:g}' for b in base)} cell of the same method and p, turn by turn "
+        f"\nEach cell minus the alpha = {', '.join(alpha_label(b) for b in base)} cell of the same method and p, turn by turn "
         f"(same turns in every cell): mean difference ± half-width of its 95% interval (1.96 standard errors). "
         f"PMI-F (raw) is the mean {statistic}; grammar errors in percentage points.")
     return "\n".join(lines) + "\n"
@@ -569,7 +570,7 @@ def plot_heatmaps(summaries: Sequence[dict], out_dir, *, method: str, prefix: st
     """One alpha x p heatmap per metric (normalised PMI-Faith, ROUGE-L, grammar-error rate)."""
     plt = _pyplot()
     rows = [s for s in summaries if s["method"] == method]
-    alphas = sorted({s["alpha"] for s in rows})
+    alphas = sorted({s["alpha"] for s in rows}, key=alpha_order)
     ps = sorted({s["p"] for s in rows})
     by = {(s["alpha"], s["p"]): s for s in rows}
     out_dir = Path(out_dir)
@@ -580,7 +581,7 @@ def plot_heatmaps(summaries: Sequence[dict], out_dir, *, method: str, prefix: st
         fig, ax = plt.subplots(figsize=(4.2, 3.4))
         image = ax.imshow(grid_values, cmap=cmap, aspect="auto", origin="upper")
         ax.set_xticks(range(len(ps)), [f"{p:g}" for p in ps])
-        ax.set_yticks(range(len(alphas)), [f"{a:g}" for a in alphas])
+        ax.set_yticks(range(len(alphas)), [alpha_label(a) for a in alphas])
         ax.set_xlabel("top-p (p)")
         ax.set_ylabel("alpha")
         ax.set_title(f"{title}\n{method.replace('_', ' ')}", fontsize=10)
@@ -620,10 +621,10 @@ def plot_frontier(summaries: Sequence[dict], out_dir, *, method: str | None = No
     for m_index, m in enumerate(methods):
         pts = [s for s in rows if s["method"] == m]
         scatter = ax.scatter([s["rouge_l"] for s in pts], [s["pmi_faith_norm"] for s in pts],
-                             c=[s["alpha"] for s in pts], cmap="coolwarm", vmin=0, vmax=1,
+                             c=[alpha_size(s["alpha"]) for s in pts], cmap="coolwarm", vmin=0, vmax=1,
                              marker=markers[m_index % len(markers)], label=m.replace("_", " "), edgecolors="k")
         for s in pts:
-            ax.annotate(f"a={s['alpha']:g},p={s['p']:g}", (s["rouge_l"], s["pmi_faith_norm"]), fontsize=6,
+            ax.annotate(f"a={alpha_label(s['alpha'])},p={s['p']:g}", (s["rouge_l"], s["pmi_faith_norm"]), fontsize=6,
                         xytext=(3, 3), textcoords="offset points")
     if rows:
         fig.colorbar(scatter, ax=ax, label="alpha")
@@ -657,7 +658,7 @@ def load_split(config: SweepConfig) -> list:
 
 
 def _describe(cell: dict) -> str:
-    return (f"alpha={cell['alpha']:g}, p={cell['p']:g} (ROUGE-L {cell['rouge_l']:.3f}, PMI-F {cell['pmi_faith_norm']:.3f}, "
+    return (f"alpha={alpha_label(cell['alpha'])}, p={cell['p']:g} (ROUGE-L {cell['rouge_l']:.3f}, PMI-F {cell['pmi_faith_norm']:.3f}, "
             f"grammar errors {100 * cell['grammar_error_rate']:.0f}%)")
 
 
@@ -701,7 +702,7 @@ def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
                 parts.append(f"No best cell with grammar errors <= {100 * limit:g}%: {err}.\n")
     diffs = paired_differences(sets, statistic=config.pmi_statistic)
     if diffs:
-        base = ", ".join(sorted({f"{d['baseline_alpha']:g}" for d in diffs}))
+        base = ", ".join(alpha_label(b) for b in sorted({d["baseline_alpha"] for d in diffs}, key=alpha_order))
         parts.append(f"## Change against alpha = {base}, turn by turn\n")
         parts.append(paired_differences_markdown(diffs, config.pmi_statistic))
     parts.append("## All cells\n")

@@ -1,0 +1,379 @@
+"""Compare decoding systems (plain, fixed alpha, adaptive alpha, with and without guards) on the
+same held-out turns, by what a reader cares about; resumable.
+
+    python eval/compare_decoding.py --config configs/compare_topicalchat.yaml [--stages decode,score,report]
+
+Stages (each resumes where it stopped):
+
+1. decode: one JSONL per system under ``<output_dir>/generations/`` (appended dialogue by dialogue);
+2. score: one JSON per system under ``<output_dir>/scores/``: PMI-Faith under an independent scorer
+   model, ROUGE-L and BLEU against the human response, the reader measures of
+   :mod:`pmi_decode.metrics.reader`, grammar errors, and layout leaks;
+3. report: ``comparison.json`` and ``comparison.md``: system means, paired differences against the
+   baseline with 95% intervals, the goal check, and examples drawn with a fixed seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import random
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+logger = logging.getLogger("compare_decoding")
+
+MEASURES = (  # key, label, higher is better
+    ("cpmi_mean", "PMI-F (nats/token)", True),
+    ("cpmi_sum", "PMI-F (nats)", True),
+    ("knowledge_f1", "knowledge F1", True),
+    ("rouge_l", "ROUGE-L", True),
+    ("bleu", "BLEU", True),
+    ("answers_question", "answers question", True),
+    ("copy_rate", "copy rate", False),
+    ("distinct_2", "distinct-2", True),
+    ("repeated_3gram_rate", "repeated 3-grams", False),
+    ("ungrammatical", "grammar errors", False),
+    ("layout_leak", "layout leak", False),
+)
+
+
+def load_config(path: str) -> dict:
+    import yaml
+
+    config = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(config, dict) or not isinstance(config.get("systems"), dict) or not config["systems"]:
+        raise SystemExit(f"error: {path}: expected a mapping with a non-empty 'systems' mapping")
+    from pmi_decode.adaptive import resolve_alpha
+
+    for name, system in config["systems"].items():
+        if not isinstance(system, dict) or "alpha" not in system:
+            raise SystemExit(f"error: {path}: system {name!r} needs at least an alpha")
+        try:
+            resolve_alpha(system["alpha"], system.get("p", 1.0))
+        except ValueError as err:
+            raise SystemExit(f"error: {path}: system {name!r}: {err}")
+    return config
+
+
+def select_turns(records: list, num_turns: int, avoid_first: int = 0, avoid_sweep_turns: int | None = None) -> list:
+    """``num_turns`` turns evenly spaced with a half-step offset (index ``(i + 0.5) * n / num_turns``),
+    each moved forward to the next index that is neither among the first ``avoid_first`` turns nor
+    a turn of the ``avoid_sweep_turns``-turn sweep (:func:`pmi_decode.sweep.select_records`'s rule),
+    so these turns are held out from both."""
+    n = len(records)
+    avoid = set(range(avoid_first))
+    if avoid_sweep_turns:
+        step = n / avoid_sweep_turns
+        avoid.update(int(i * step) for i in range(avoid_sweep_turns))
+    chosen = []
+    for i in range(num_turns):
+        index = int((i + 0.5) * n / num_turns)
+        while index in avoid or index in chosen:
+            index += 1
+        if index >= n:
+            raise SystemExit("error: not enough turns to choose from")
+        chosen.append(index)
+    return [records[i] for i in chosen]
+
+
+def _inputs(config) -> list[dict]:
+    from pmi_decode import load_dialogues
+
+    records = load_dialogues(config["dataset"], config["split"], config.get("data_dir"),
+                             **(config.get("loader_options") or {}))
+    turns = select_turns(records, config["num_turns"], config.get("avoid_first", 0), config.get("avoid_sweep_turns"))
+    return [{"id": str(r.id), "document": r.document, "history": list(r.history), "response": r.response}
+            for r in turns]
+
+
+def _paths(config, name: str) -> dict:
+    root = Path(config["output_dir"])
+    safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", name)
+    return {"generations": root / "generations" / f"{safe}.jsonl", "scores": root / "scores" / f"{safe}.json"}
+
+
+def _decode_options(config, system: dict) -> dict:
+    guards = config.get("guards") or {} if system.get("guards") else {}
+    return dict(
+        alpha=system["alpha"], p=float(system.get("p", 1.0)), num_beams=int(config.get("num_beams", 4)),
+        max_new_tokens=int(config["max_new_tokens"]), seed=config.get("seed", 0),
+        no_repeat_ngram_size=guards.get("no_repeat_ngram_size"), repetition_penalty=guards.get("repetition_penalty"),
+        block_layout_markers=bool(guards.get("block_layout_markers", False)),
+    )
+
+
+def decode(config, inputs: list[dict]) -> None:
+    """Turn-major: each block of ``batch_size`` turns is decoded by every system before the next
+    block starts, so that whenever the run is stopped all systems cover the same turns."""
+    from pmi_decode.decode_file import decode_records, decode_settings, read_done_ids, write_records
+    from pmi_decode.models import load_model_and_tokenizer
+
+    model = tokenizer = None
+    batch_size = int(config.get("batch_size", 4))
+    plans = []
+    for name, system in config["systems"].items():
+        options = _decode_options(config, system)
+        settings = decode_settings(do_sample=False, model_name=config["generator"], **options)
+        path = _paths(config, name)["generations"]
+        plans.append((name, options, path, read_done_ids(path, settings)))
+    started = time.time()
+    for block in range(0, len(inputs), batch_size):
+        turns = inputs[block:block + batch_size]
+        for name, options, path, done in plans:
+            todo = [r for r in turns if r["id"] not in done]
+            if not todo:
+                continue
+            if model is None:
+                model, tokenizer = load_model_and_tokenizer(config["generator"])
+            start = time.time()
+            outputs = decode_records(
+                todo, model, tokenizer, batch_size=batch_size, model_name=config["generator"],
+                max_length=config.get("max_length"), max_history_turns=config.get("max_history_turns"),
+                chat_template=config.get("chat_template"), progress=False, **options,
+            )
+            write_records(path, outputs)
+            done.update(r["id"] for r in todo)
+            print(f"[decode] turns {block + len(turns)}/{len(inputs)} {name}: {time.time() - start:.0f} s "
+                  f"(total {time.time() - started:.0f} s)", flush=True)
+
+
+# ---------------------------------------------------------------------------- scoring
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def layout_leaks(responses) -> list[float]:
+    """1.0 for a response that contains a prompt-layout marker ("Document:", "User:", ...)."""
+    from pmi_decode.guards import layout_markers
+
+    markers = layout_markers()
+    return [float(any(m in r for m in markers)) for r in responses]
+
+
+def score(config, inputs: list[dict]) -> None:
+    from pmi_decode.metrics.grammar import get_checker
+    from pmi_decode.metrics.overlap import bleu, rouge_l
+    from pmi_decode.metrics.pmi_faith import PMIFaith
+    from pmi_decode.metrics.reader import reader_measures
+
+    order = {r["id"]: i for i, r in enumerate(inputs)}
+    pending = []
+    for name in config["systems"]:
+        paths = _paths(config, name)
+        if not paths["generations"].is_file():
+            continue
+        rows = sorted(_rows(paths["generations"]), key=lambda r: order.get(str(r["id"]), 1e9))
+        if not rows:
+            continue
+        if len(rows) < len(inputs):
+            print(f"[score] {name}: {len(rows)} of {len(inputs)} turns decoded so far; scoring those", flush=True)
+        if paths["scores"].is_file() and json.loads(paths["scores"].read_text()).get("n") == len(rows):
+            continue
+        pending.append((name, rows))
+    if not pending:
+        return
+    scorer = PMIFaith(config["scorer_model"], chat_template=False, batch_size=int(config.get("scorer_batch_size", 8)),
+                      max_length=config.get("scorer_max_length"), max_history_turns=config.get("max_history_turns"),
+                      compute=("cpmi",))
+    checker = get_checker(config.get("grammar_backend", "harper"))
+    for name, rows in pending:
+        start = time.time()
+        docs = [r["document"] for r in rows]
+        hists = [r["history"] for r in rows]
+        resp = [r["pmi_response"] for r in rows]
+        gold = [r.get("response") or "" for r in rows]
+        pmi = scorer.score(docs, hists, resp)
+        reader = reader_measures(docs, hists, resp)
+        rl, bl = rouge_l(resp, gold), bleu(resp, gold)
+        flags = [count > 0 for count in checker.count_errors(resp)]
+        leaks = layout_leaks(resp)
+        per = []
+        for i, r in enumerate(rows):
+            per.append({"id": str(r["id"]), "response": resp[i], "cpmi_sum": pmi[i].get("cpmi_sum"),
+                        "cpmi_mean": pmi[i].get("cpmi_mean"), "rouge_l": rl[i], "bleu": bl[i],
+                        "ungrammatical": float(flags[i]), "layout_leak": leaks[i], **reader[i]})
+        data = {"system": name, "settings": rows[0]["settings"], "scorer_model": config["scorer_model"],
+                "n": len(per), "scores": per}
+        path = _paths(config, name)["scores"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+        print(f"[score] {name}: {len(per)} responses ({time.time() - start:.0f} s)", flush=True)
+
+
+# ---------------------------------------------------------------------------- report
+def _mean(values) -> float | None:
+    kept = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return statistics.fmean(kept) if kept else None
+
+
+def paired(base: list[dict], other: list[dict], key: str) -> dict:
+    """Mean of the turn-by-turn differences ``other - base`` and the half-width of its normal 95%
+    interval (1.96 standard errors), over the turns where both have a value."""
+    by_id = {r["id"]: r for r in base}
+    diffs = [r[key] - by_id[r["id"]][key] for r in other
+             if r["id"] in by_id and r.get(key) is not None and by_id[r["id"]].get(key) is not None]
+    if not diffs:
+        return {"diff": None, "ci95": None, "n": 0}
+    ci = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+    return {"diff": statistics.fmean(diffs), "ci95": ci, "n": len(diffs)}
+
+
+def goal_check(summary: dict, baseline: str, reference: str) -> dict:
+    """The goal rule: faithfulness gain (PMI-F per token and knowledge F1) at least that of
+    ``reference`` (fixed alpha 0.5) over the baseline, ROUGE-L >= baseline - 0.01, grammar-error
+    rate <= baseline + 3 points, repeated 3-grams <= baseline, and no layout leak."""
+    base, ref = summary[baseline]["means"], summary[reference]["means"]
+    out = {}
+    for name, s in summary.items():
+        m = s["means"]
+        checks = {
+            "pmi_faith_gain": m["cpmi_mean"] - base["cpmi_mean"] >= ref["cpmi_mean"] - base["cpmi_mean"],
+            "knowledge_f1_gain": m["knowledge_f1"] - base["knowledge_f1"] >= ref["knowledge_f1"] - base["knowledge_f1"],
+            "rouge_l": m["rouge_l"] >= base["rouge_l"] - 0.01,
+            "grammar": m["ungrammatical"] <= base["ungrammatical"] + 0.03,
+            "repetition": (m["repeated_3gram_rate"] or 0.0) <= (base["repeated_3gram_rate"] or 0.0),
+            "no_leak": m["layout_leak"] == 0,
+        }
+        out[name] = {"checks": checks, "passes": all(checks.values()), "num_passed": sum(checks.values())}
+    return out
+
+
+def report(config, inputs: list[dict]) -> dict:
+    root = Path(config["output_dir"])
+    baseline = config.get("baseline", "plain")
+    reference = config.get("reference", "fixed-0.5")
+    scored = {}
+    for name in config["systems"]:
+        path = _paths(config, name)["scores"]
+        if path.is_file():
+            scored[name] = json.loads(path.read_text(encoding="utf-8"))
+    if baseline not in scored:
+        raise SystemExit(f"error: the baseline system {baseline!r} is not scored yet")
+    # Like with like: every system is summarised over the turns that all of them have decoded.
+    common = set.intersection(*({r["id"] for r in data["scores"]} for data in scored.values()))
+    for data in scored.values():
+        data["scores"] = [r for r in data["scores"] if r["id"] in common]
+    summary = {}
+    for name, data in scored.items():
+        rows = data["scores"]
+        summary[name] = {
+            "settings": data["settings"], "n": len(rows),
+            "means": {key: _mean([r.get(key) for r in rows]) for key, _, _ in MEASURES},
+            "vs_baseline": {key: paired(scored[baseline]["scores"], rows, key) for key, _, _ in MEASURES},
+        }
+    goals = goal_check(summary, baseline, reference) if reference in summary else {}
+    rng = random.Random(int(config.get("examples_seed", 0)))
+    ids = sorted({r["id"] for r in scored[baseline]["scores"]}, key=lambda i: [x["id"] for x in inputs].index(i))
+    picked = rng.sample(ids, min(int(config.get("examples", 3)), len(ids)))
+    by_input = {r["id"]: r for r in inputs}
+    examples = []
+    for i in picked:
+        rec = by_input[i]
+        examples.append({"id": i, "document": rec["document"], "history": rec["history"], "gold": rec["response"],
+                         "responses": {name: next(r for r in data["scores"] if r["id"] == i)["response"]
+                                       for name, data in scored.items()}})
+    result = {"config": {k: v for k, v in config.items() if k != "systems"}, "systems": config["systems"],
+              "baseline": baseline, "reference": reference, "summary": summary, "goals": goals,
+              "examples": examples}
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "comparison.json").write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+    (root / "comparison.md").write_text(markdown(result), encoding="utf-8")
+    return result
+
+
+def _fmt(value, spec: str, scale: float = 1.0) -> str:
+    return "n/a" if value is None else f"{scale * value:{spec}}"
+
+
+def markdown(result: dict) -> str:
+    spec = {"cpmi_mean": (".3f", 1), "cpmi_sum": (".2f", 1), "knowledge_f1": (".3f", 1), "rouge_l": (".3f", 1),
+            "bleu": (".2f", 1), "answers_question": (".3f", 1), "copy_rate": (".3f", 1), "distinct_2": (".3f", 1),
+            "repeated_3gram_rate": (".3f", 1), "ungrammatical": (".0f", 100), "layout_leak": (".0f", 100)}
+    keys = [k for k, _, _ in MEASURES]
+    labels = {k: label for k, label, _ in MEASURES}
+    lines = ["| System | n | " + " | ".join(labels[k] + (" %" if spec[k][1] == 100 else "") for k in keys)
+             + " | goal |", "|---|---:|" + "---:|" * len(keys) + "---|"]
+    for name, s in result["summary"].items():
+        goal = result["goals"].get(name, {})
+        mark = ("baseline" if name == result["baseline"] else "n/a" if not goal
+                else "meets" if goal["passes"] else f"{goal['num_passed']}/6")
+        lines.append(f"| {name} | {s['n']} | "
+                     + " | ".join(_fmt(s["means"][k], spec[k][0], spec[k][1]) for k in keys) + f" | {mark} |")
+    lines += ["", f"Paired differences against `{result['baseline']}` (same turns): mean ± 95% half-width.", "",
+              "| System | " + " | ".join(labels[k] for k in keys) + " |", "|---|" + "---:|" * len(keys)]
+    for name, s in result["summary"].items():
+        if name == result["baseline"]:
+            continue
+        cells = []
+        for k in keys:
+            d = s["vs_baseline"][k]
+            fmt, scale = spec[k]
+            fmt = "+" + fmt
+            cells.append("n/a" if d["diff"] is None else f"{scale * d['diff']:{fmt}} ± {scale * d['ci95']:{fmt[1:]}}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Goal checks (against the baseline, and the reference's faithfulness gain):", ""]
+    for name, goal in result["goals"].items():
+        if name == result["baseline"]:
+            continue
+        failed = [c for c, ok in goal["checks"].items() if not ok]
+        lines.append(f"- {name}: " + ("meets every goal" if not failed else "misses " + ", ".join(failed)))
+    lines += ["", "Examples (drawn with random.Random(examples_seed).sample over the turn ids):", ""]
+    for ex in result["examples"]:
+        doc = ex["document"] if len(ex["document"]) < 300 else ex["document"][:300] + " ..."
+        lines += ["```", f"[{ex['id']}]", f"Document: {doc}", f"User:     {ex['history'][-1]}",
+                  f"Human:    {ex['gold']}"]
+        lines += [f"{name:<24} {text}" for name, text in ex["responses"].items()]
+        lines += ["```", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--stages", default="decode,score,report")
+    parser.add_argument("--systems", help="comma-separated subset of the config's systems")
+    parser.add_argument("--data-dir", help="override data_dir")
+    parser.add_argument("--first-turns", type=int,
+                        help="decode only the first N of the selected turns (the same N for every system)")
+    parser.add_argument("--output-dir", help="override output_dir")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    config = load_config(args.config)
+    for key in ("data_dir", "output_dir"):
+        if getattr(args, key):
+            config[key] = getattr(args, key)
+    if args.systems:
+        wanted = [s.strip() for s in args.systems.split(",") if s.strip()]
+        unknown = [s for s in wanted if s not in config["systems"]]
+        if unknown:
+            raise SystemExit(f"error: unknown systems {unknown}; the config has {list(config['systems'])}")
+        config["systems"] = {s: config["systems"][s] for s in wanted}
+    if config.get("num_threads"):
+        import torch
+
+        torch.set_num_threads(int(config["num_threads"]))
+    inputs = _inputs(config)
+    if args.first_turns:
+        inputs = inputs[:args.first_turns]
+    stages = [s.strip() for s in args.stages.split(",")]
+    if "decode" in stages:
+        decode(config, inputs)
+    if "score" in stages:
+        score(config, inputs)
+    if "report" in stages:
+        result = report(config, inputs)
+        print((Path(config["output_dir"]) / "comparison.md").read_text())
+        return 0 if result else 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

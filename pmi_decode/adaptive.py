@@ -1,0 +1,150 @@
+"""Adaptive alpha: a per-row, per-step PMI weight set by how much the document changes the
+next-token distribution.
+
+A fixed alpha pushes toward the document at every token, including tokens where the document
+has nothing to say (greetings, the answer's framing, function words). Adaptive context-aware
+decoding (AdaCAD; Wang et al., 2024, "AdaCAD: Adaptively Decoding to Balance Conflicts between
+Contextual and Parametric Knowledge") sets the weight of the context-contrast term of each step
+from the Jensen-Shannon divergence between the distribution with the context and the one
+without it. Here the same signal weights the PMI-Decode term:
+
+    alpha_t = max_alpha * JSD(P(.|d,h,r<t) || P(.|h,r<t)) ** exponent
+
+with the JSD in bits, so it lies in [0, 1] and alpha_t in [0, max_alpha]. ``exponent = 1`` is
+AdaCAD's rule scaled by ``max_alpha``; an exponent below 1 (our addition, not AdaCAD's) raises
+small divergences, since a small model's two distributions rarely differ by more than a few
+tenths of a bit even where the document decides the next word.
+
+Both distributions are the ones PMIDecode already holds, so the rule costs one pass over the
+vocabulary and works unchanged in every generate mode and in the paired path, where both halves
+get the same per-row weight.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from numbers import Real
+
+import torch
+
+__all__ = ["AdaptiveAlpha", "jensen_shannon_bits", "resolve_alpha", "alpha_setting", "parse_alpha", "alpha_label",
+           "alpha_order", "alpha_size"]
+
+_LN2 = math.log(2.0)
+
+
+def jensen_shannon_bits(lp_c: torch.Tensor, lp_u: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon divergence in bits between each row's two distributions, given as
+    log-probabilities over the last dimension; shape ``lp_c.shape[:-1]``, values in [0, 1].
+
+    Tokens with probability 0 (-inf) in one distribution contribute only through the other; NaN
+    log-probabilities count as probability 0. Never NaN."""
+    lp_c = torch.nan_to_num(lp_c.double(), nan=-math.inf, posinf=-math.inf)
+    lp_u = torch.nan_to_num(lp_u.double(), nan=-math.inf, posinf=-math.inf)
+    lp_m = torch.logaddexp(lp_c, lp_u) - _LN2
+
+    def kl_to_mixture(lp: torch.Tensor) -> torch.Tensor:
+        terms = lp.exp() * (lp - lp_m)
+        return torch.where(torch.isfinite(lp), terms, torch.zeros_like(terms)).sum(-1)
+
+    jsd = 0.5 * (kl_to_mixture(lp_c) + kl_to_mixture(lp_u)) / _LN2
+    return torch.nan_to_num(jsd, nan=0.0).clamp(0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class AdaptiveAlpha:
+    """The adaptive weight rule: ``alpha_t = max_alpha * JSD_bits ** exponent`` per row and step.
+
+    Pass it (or the string ``"adaptive"``) as ``alpha`` to :class:`~pmi_decode.PMIDecode`,
+    :func:`~pmi_decode.pmi_generate` or :func:`~pmi_decode.decode_records`.
+
+    Args:
+        max_alpha: the largest weight, in (0, 1]; reached only where the two distributions share
+            no mass.
+        exponent: in (0, 1]; 1 is AdaCAD's linear rule, smaller values raise small divergences.
+    """
+
+    max_alpha: float = 1.0
+    exponent: float = 0.5
+
+    def __post_init__(self):
+        for name, value in (("max_alpha", self.max_alpha), ("exponent", self.exponent)):
+            if isinstance(value, bool) or not isinstance(value, Real) or math.isnan(value) or not 0.0 < value <= 1.0:
+                raise ValueError(f"adaptive alpha: {name} must be a number in (0, 1], got {value!r}")
+        object.__setattr__(self, "max_alpha", float(self.max_alpha))
+        object.__setattr__(self, "exponent", float(self.exponent))
+
+    def weights(self, lp_c: torch.Tensor, lp_u: torch.Tensor) -> torch.Tensor:
+        """Each row's alpha as a ``(rows, 1)`` tensor in ``lp_c``'s dtype."""
+        jsd = jensen_shannon_bits(lp_c, lp_u)
+        alpha = self.max_alpha * jsd.pow(self.exponent)
+        return alpha.to(lp_c.dtype).unsqueeze(-1)
+
+    @property
+    def spec(self) -> str:
+        """The string form (``adaptive:MAX_ALPHA:EXPONENT``) that :func:`parse_alpha` reads back."""
+        return f"adaptive:{self.max_alpha:g}:{self.exponent:g}"
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def parse_alpha(value) -> float | AdaptiveAlpha:
+    """A number, an :class:`AdaptiveAlpha`, or a string: ``"adaptive"``,
+    ``"adaptive:MAX_ALPHA"`` or ``"adaptive:MAX_ALPHA:EXPONENT"``. Numbers are returned as given
+    (range checks happen in :func:`resolve_alpha`)."""
+    if isinstance(value, AdaptiveAlpha) or (isinstance(value, Real) and not isinstance(value, bool)):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive[:MAX_ALPHA[:EXPONENT]]', got {value!r}")
+    text = value.strip()
+    head, _, rest = text.partition(":")
+    if head.lower() != "adaptive":  # a number given as text is refused too: pass the number
+        raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive[:MAX_ALPHA[:EXPONENT]]', got {value!r}")
+    parts = [part for part in rest.split(":")] if rest else []
+    if len(parts) > 2:
+        raise ValueError(f"alpha {value!r}: expected 'adaptive', 'adaptive:MAX_ALPHA' or 'adaptive:MAX_ALPHA:EXPONENT'")
+    try:
+        numbers = [float(part) for part in parts]
+    except ValueError:
+        raise ValueError(f"alpha {value!r}: MAX_ALPHA and EXPONENT must be numbers in (0, 1]") from None
+    return AdaptiveAlpha(*numbers)
+
+
+def resolve_alpha(alpha, p) -> tuple[float | AdaptiveAlpha, float]:
+    """Like :func:`~pmi_decode.processor.validate_alpha_p`, but also accepts the adaptive rule
+    (an :class:`AdaptiveAlpha` or its string form)."""
+    from .processor import validate_alpha_p
+
+    alpha = parse_alpha(alpha)
+    if isinstance(alpha, AdaptiveAlpha):
+        _, p = validate_alpha_p(0.0, p)
+        return alpha, p
+    return validate_alpha_p(alpha, p)
+
+
+def alpha_setting(alpha) -> float | str:
+    """How an alpha is written into settings and output records: a float, or the adaptive spec."""
+    alpha = parse_alpha(alpha)
+    return alpha.spec if isinstance(alpha, AdaptiveAlpha) else float(alpha)
+
+
+def alpha_label(alpha) -> str:
+    """A short label: ``0.5`` for a number, the spec for the adaptive rule (tables, file names)."""
+    setting = alpha_setting(alpha)
+    return setting if isinstance(setting, str) else f"{setting:g}"
+
+
+def alpha_order(alpha) -> tuple:
+    """Sort key that puts fixed alphas first (by value), then adaptive rules (by max_alpha, exponent)."""
+    alpha = parse_alpha(alpha)
+    if isinstance(alpha, AdaptiveAlpha):
+        return (1, alpha.max_alpha, alpha.exponent)
+    return (0, float(alpha), 0.0)
+
+
+def alpha_size(alpha) -> float:
+    """A number to rank or colour by: the alpha itself, or an adaptive rule's ``max_alpha``."""
+    alpha = parse_alpha(alpha)
+    return alpha.max_alpha if isinstance(alpha, AdaptiveAlpha) else float(alpha)

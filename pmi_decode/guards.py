@@ -1,0 +1,150 @@
+"""Decoding guards: keep the prompt's layout markers out of responses.
+
+A model prompted with ``Document: ... User: ... Agent:`` sometimes continues the layout instead of
+answering ("Document: The FDA defines ..."), and PMI-Decode makes that likelier, because the
+document's own words are what the PMI term rewards. :class:`LayoutMarkerGuard` bans every token
+that would complete a marker in the decoded text, whatever tokenization the model uses to spell
+it (one token, several pieces, with or without a leading space or newline).
+
+transformers' ``NoBadWordsLogitsProcessor`` bans given token sequences only: a marker spelt with
+other token pieces (``"Doc" "ument" ":"``) passes. This guard works on characters instead: at
+each step it looks at the end of each row's text and bans the tokens whose text would finish a
+marker from there.
+
+Give it to ``generate`` or :func:`~pmi_decode.pmi_generate` as a ``logits_processor``; in the
+paired path ``pmi_generate`` applies it to the conditional half, so both halves still pick the
+same tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Sequence
+
+import torch
+from transformers import LogitsProcessor
+
+__all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "layout_markers"]
+
+
+def layout_markers(format=None, tokenizer=None) -> list[str]:
+    """The markers a prompt layout writes: the document, user and agent prefixes of the
+    :class:`~pmi_decode.DialogueFormat` (without trailing spaces), and the chat template's role
+    headers when the tokenizer has one (``"<|im_start|>"``-style special tokens are not text, so
+    they are never decoded into a response anyway)."""
+    from .inputs import DialogueFormat
+
+    fmt = format or DialogueFormat()
+    markers = [fmt.document_prefix, fmt.user_prefix, fmt.agent_prefix, fmt.response_prefix,
+               fmt.chat_document_intro]
+    return sorted({m.strip() for m in markers if m and m.strip()})
+
+
+@functools.lru_cache(maxsize=8)
+def _token_texts(tokenizer) -> tuple[str, ...]:
+    size = len(tokenizer)
+    texts = []
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    for token_id in range(size):
+        if token_id in special:
+            texts.append("")
+            continue
+        texts.append(tokenizer.decode([token_id], skip_special_tokens=True, clean_up_tokenization_spaces=False))
+    return tuple(texts)
+
+
+class LayoutMarkerGuard(LogitsProcessor):
+    r"""Bans the tokens that would make a row's decoded text contain any of ``markers``.
+
+    Args:
+        tokenizer: the model's tokenizer (its vocabulary is read once and cached).
+        markers: strings that must never appear in a response, e.g. :func:`layout_markers`.
+        vocab_size: width of the scores (defaults to ``len(tokenizer)``; a model's output layer
+            may be wider, and the extra ids have no text, so they are left alone).
+
+    The check is on characters: the end of each row's text (the last tokens, decoded) is
+    compared with every proper prefix of every marker, and the tokens whose text starts with the
+    rest of that marker are banned, as are tokens containing a whole marker. So a marker can
+    be neither generated in one piece nor assembled from pieces. The tail includes the prompt's
+    last tokens, so a marker cannot straddle the prompt's end either.
+
+    Example:
+
+    ```python
+    >>> guard = LayoutMarkerGuard(tokenizer, layout_markers())
+    >>> out = pmi_generate(model, inputs, alpha=0.5, p=0.9, num_beams=4, logits_processor=[guard])
+    ```
+    """
+
+    def __init__(self, tokenizer, markers: Sequence[str], *, vocab_size: int | None = None):
+        if isinstance(markers, str) or not markers or not all(isinstance(m, str) and m for m in markers):
+            raise ValueError(f"markers must be a non-empty list of non-empty strings, got {markers!r}")
+        self.tokenizer = tokenizer
+        self.markers = tuple(dict.fromkeys(markers))
+        texts = _token_texts(tokenizer)
+        self.vocab_size = vocab_size or len(texts)
+        # (marker rest -> token ids whose text starts with it), and the ids containing a marker.
+        self._starting: dict[str, torch.Tensor] = {}
+        whole = set()
+        for marker in self.markers:
+            for start in range(1, len(marker)):
+                rest = marker[start:]
+                if rest not in self._starting:
+                    self._starting[rest] = torch.tensor(
+                        [i for i, t in enumerate(texts) if t.startswith(rest)], dtype=torch.long
+                    )
+            whole.update(i for i, t in enumerate(texts) if marker in t)
+        self._whole = torch.tensor(sorted(whole), dtype=torch.long)
+        self._tail_tokens = max(len(m) for m in self.markers)  # each token spells >= 1 character
+
+    def banned_ids(self, row_ids: Sequence[int]) -> torch.Tensor:
+        """The token ids banned after the given sequence."""
+        tail = self.tokenizer.decode(
+            list(row_ids[-self._tail_tokens :]), skip_special_tokens=True, clean_up_tokenization_spaces=False
+        )
+        parts = [self._whole]
+        for marker in self.markers:
+            for start in range(1, len(marker)):
+                if tail.endswith(marker[:start]):
+                    parts.append(self._starting[marker[start:]])
+        return torch.unique(torch.cat(parts)) if len(parts) > 1 else self._whole
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        scores = scores.clone()
+        for row in range(input_ids.shape[0]):
+            banned = self.banned_ids(input_ids[row].tolist())
+            banned = banned[banned < scores.shape[-1]].to(scores.device)
+            scores[row, banned] = -math.inf
+        return scores
+
+
+class ResponseNoRepeatNGram(LogitsProcessor):
+    r"""generate's ``no_repeat_ngram_size``, counted over the response only.
+
+    transformers' ``NoRepeatNGramLogitsProcessor`` looks at the whole sequence. For a decoder-only
+    model that includes the prompt, so it also forbids repeating any n-gram of the document: the
+    very quoting a faithful answer needs. This processor applies the same rule to the tokens
+    after ``prompt_length`` only, so loops inside the response are still blocked.
+
+    Args:
+        ngram_size: n, at least 1.
+        prompt_length: width of the prompt in ``input_ids`` (the padded conditional prompt for a
+            decoder-only model; 0, or 1 for the start token, for an encoder-decoder's decoder).
+
+    Give it to ``generate`` or :func:`~pmi_decode.pmi_generate` as a ``logits_processor``;
+    ``pmi_generate``'s paired path applies it to the conditional half, whose prompt is as wide
+    as the conditional inputs.
+    """
+
+    def __init__(self, ngram_size: int, prompt_length: int):
+        from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
+
+        for name, value, low in (("ngram_size", ngram_size, 1), ("prompt_length", prompt_length, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        self.prompt_length = prompt_length
+        self._inner = NoRepeatNGramLogitsProcessor(ngram_size)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        return self._inner(input_ids[:, self.prompt_length :], scores)

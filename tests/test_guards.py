@@ -1,0 +1,212 @@
+"""Decoding guards with PMI-Decode: layout markers can never be generated, and generate's
+repetition options combine with the processor exactly, in both pmi_generate paths."""
+
+import math
+
+import pytest
+import torch
+from reference import ReferencePMIDecode, unpadded
+from test_processor import setup
+from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
+from transformers import LogitsProcessor
+
+from pmi_decode import build_inputs, decode_records, pmi_generate
+from pmi_decode.guards import LayoutMarkerGuard, layout_markers
+
+MARKERS = ["Document:", "User:", "Agent:"]
+
+
+def reference(model, inputs, alpha, p):
+    return ReferencePMIDecode(alpha, p, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
+                              conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1])
+
+
+class TowardMarker(LogitsProcessor):
+    """Pushes every row to spell ``marker``: boosts, by a wide margin, each token whose text
+    continues the marker from where the row's text leaves off (or starts it afresh)."""
+
+    def __init__(self, tokenizer, marker: str):
+        self.tokenizer, self.marker = tokenizer, marker
+        self.texts = [tokenizer.decode([i]) for i in range(len(tokenizer))]
+
+    def __call__(self, input_ids, scores):
+        scores = scores.clone()
+        for row in range(input_ids.shape[0]):
+            tail = self.tokenizer.decode(input_ids[row, -12:], skip_special_tokens=True)
+            done = max([k for k in range(len(self.marker)) if tail.endswith(self.marker[:k])] or [0])
+            rest = self.marker[done:]
+            for token, text in enumerate(self.texts):
+                piece = text if done else text.lstrip(" ")
+                if piece and rest.startswith(piece):
+                    scores[row, token] += 100.0 + 10.0 * len(piece)
+        return scores
+
+
+def _responses(tok, out, prompt_len):
+    return tok.batch_decode(out[:, prompt_len:], skip_special_tokens=True)
+
+
+def test_layout_markers_of_the_default_format():
+    assert layout_markers() == ["Agent:", "Document:", "User:"]
+
+
+@pytest.mark.parametrize("marker", MARKERS)
+def test_no_token_can_complete_a_marker_from_any_partial_spelling(marker):
+    """Brute force over the whole vocabulary: after text ending in any proper prefix of the
+    marker, every token the guard allows leaves the text without the marker."""
+    tok = tiny_tokenizer("llama")
+    guard = LayoutMarkerGuard(tok, MARKERS)
+    for cut in range(len(marker)):
+        for lead in ("Hello ", "Hello\n", "I said "):
+            row = tok(lead + marker[:cut], add_special_tokens=False)["input_ids"]
+            banned = set(guard.banned_ids(row).tolist())
+            if cut == len(marker) - 1:
+                assert banned, "one character short of the marker, its last character must be banned"
+            for token in range(len(tok)):
+                if token in banned:
+                    continue
+                text = tok.decode(row + [token], skip_special_tokens=True)
+                assert marker not in text, (marker, cut, lead, tok.decode([token]))
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+@pytest.mark.parametrize("paired", [True, False])
+def test_marker_forced_by_the_model_cannot_be_generated(kind, paired):
+    tok, model = tiny_tokenizer(kind), tiny_model(kind)
+    docs, hists = [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES]
+    inputs = build_inputs(tok, docs, hists, model=model)
+    prompt_len = 0 if model.config.is_encoder_decoder else inputs["conditional"]["input_ids"].shape[1]
+    push = TowardMarker(tok, "User:")
+    kwargs = dict(alpha=0.5, p=0.9, paired=paired, num_beams=3, max_new_tokens=12, min_new_tokens=12)
+    forced = _responses(tok, pmi_generate(model, inputs, logits_processor=[push], **kwargs), prompt_len)
+    assert all("User:" in text for text in forced), forced  # the push works: without the guard it leaks
+    guard = LayoutMarkerGuard(tok, layout_markers())
+    guarded = _responses(tok, pmi_generate(model, inputs, logits_processor=[push, guard], **kwargs), prompt_len)
+    assert not any(m in text for text in guarded for m in layout_markers()), guarded
+    assert any(text.strip() for text in guarded)
+
+
+def test_guard_keeps_paired_equal_to_separate():
+    model, inputs = setup("llama")
+    guard = LayoutMarkerGuard(tiny_tokenizer("llama"), layout_markers())
+    kwargs = dict(alpha="adaptive:1:0.2", p=0.9, num_beams=4, max_new_tokens=8, min_new_tokens=4,
+                  logits_processor=[guard])
+    assert torch.equal(pmi_generate(model, inputs, paired=True, **kwargs),
+                       pmi_generate(model, inputs, paired=False, **kwargs))
+
+
+def _generated_ngrams(seq, n):
+    grams = [tuple(seq[i:i + n]) for i in range(len(seq) - n + 1)]
+    return len(grams) - len(set(grams))
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+@pytest.mark.parametrize("mode", [dict(num_beams=4), dict(num_beams=1)])
+def test_no_repeat_ngram_combines_exactly_in_both_paths(kind, mode):
+    """pmi_generate moves no_repeat_ngram_size onto the conditional half in the paired path; the
+    result equals generate's own option with the slow reference processor, and no 2-gram repeats."""
+    model, inputs = setup(kind)
+    kwargs = dict(max_new_tokens=10, min_new_tokens=10, no_repeat_ngram_size=2, **mode)
+    paired = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, **kwargs)
+    separate = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=False, **kwargs)
+    slow = model.generate(**inputs["conditional"], logits_processor=[reference(model, inputs, 0.5, 0.9)], **kwargs)
+    assert torch.equal(paired, separate) and torch.equal(paired, slow)
+    start = 1 if model.config.is_encoder_decoder else inputs["conditional"]["input_ids"].shape[1]
+    assert all(_generated_ngrams(row[start:].tolist(), 2) == 0 for row in paired)
+    unguarded = pmi_generate(model, inputs, alpha=0.5, p=0.9, max_new_tokens=10, min_new_tokens=10, **mode)
+    # generate's rule counts the whole decoder sequence: where the unguarded output repeats any
+    # earlier 2-gram with a generated token, the guarded output must differ from it.
+    def repeats_into_response(row):
+        seq = row.tolist()
+        return any(tuple(seq[i - 1:i + 1]) in {tuple(seq[j - 1:j + 1]) for j in range(1, i)}
+                   for i in range(max(start, 1), len(seq)))
+
+    if any(repeats_into_response(row) for row in unguarded):
+        assert not torch.equal(unguarded, paired), "the guard must change what it bans"
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_repetition_penalty_combines_exactly(kind):
+    """repetition_penalty sends pmi_generate to the separate path; it penalises the conditional
+    scores before PMI-Decode, exactly as generate's own option does for the slow reference."""
+    model, inputs = setup(kind)
+    kwargs = dict(num_beams=4, max_new_tokens=10, min_new_tokens=10, repetition_penalty=3.0)
+    fast = pmi_generate(model, inputs, alpha="adaptive:1:0.2", p=0.9, **kwargs)
+    from test_adaptive import RULE, reference as adaptive_reference
+
+    slow = model.generate(**inputs["conditional"], logits_processor=[adaptive_reference(model, inputs, RULE, 0.9)],
+                          **kwargs)
+    assert torch.equal(fast, slow)
+    without = pmi_generate(model, inputs, alpha="adaptive:1:0.2", p=0.9, num_beams=4, max_new_tokens=10,
+                           min_new_tokens=10)
+    assert not torch.equal(fast, without)
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, **kwargs)
+
+
+def test_decode_records_applies_and_records_the_guards():
+    tok, model = tiny_tokenizer("llama"), tiny_model("llama")
+    records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]
+    out = list(decode_records(records, model, tok, alpha="adaptive", p=0.9, num_beams=2, max_new_tokens=6,
+                              compare=True, no_repeat_ngram_size=2, block_layout_markers=True, progress=False))
+    settings = out[0]["settings"]
+    assert settings["alpha"] == "adaptive:1:0.5"
+    assert settings["no_repeat_ngram_size"] == 2 and settings["block_layout_markers"] is True
+    for rec in out:
+        for key in ("pmi_response", "plain_response"):
+            assert not any(m in rec[key] for m in layout_markers())
+    with pytest.raises(ValueError, match="no_repeat_ngram_size"):
+        list(decode_records(records, model, tok, no_repeat_ngram_size=-1, progress=False))
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        list(decode_records(records, model, tok, repetition_penalty=0, progress=False))
+
+
+def test_bad_markers():
+    tok = tiny_tokenizer("llama")
+    for bad in ([], "User:", [""], [3]):
+        with pytest.raises(ValueError, match="markers"):
+            LayoutMarkerGuard(tok, bad)
+
+
+def test_guard_scores_stay_finite_elsewhere():
+    tok = tiny_tokenizer("llama")
+    guard = LayoutMarkerGuard(tok, MARKERS)
+    ids = torch.tensor([tok("Hello User", add_special_tokens=False)["input_ids"]])
+    scores = torch.zeros(1, len(tok))
+    out = guard(ids, scores)
+    assert math.isinf(out[0, tok.convert_tokens_to_ids(":")].item())  # ":" would finish "User:"
+    assert bool(torch.isfinite(out).any()) and not bool(torch.isnan(out).any())
+    assert torch.equal(scores, torch.zeros(1, len(tok))), "the input scores must not be modified in place"
+
+
+def test_response_no_repeat_ngram_allows_quoting_the_prompt():
+    """generate's option forbids repeating a prompt n-gram on decoder-only models; the
+    response-only guard allows it but still bans a repeat inside the response."""
+    from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
+
+    from pmi_decode.guards import ResponseNoRepeatNGram
+
+    prompt = [5, 6, 7, 8]
+    scores = torch.zeros(1, 20)
+    quoting = torch.tensor([prompt + [5, 6]])  # the response starts to quote "5 6 7"
+    assert math.isinf(NoRepeatNGramLogitsProcessor(3)(quoting, scores.clone())[0, 7].item())
+    assert ResponseNoRepeatNGram(3, len(prompt))(quoting, scores.clone())[0, 7].item() == 0.0
+    looping = torch.tensor([prompt + [9, 10, 11, 9, 10]])  # the response repeats its own "9 10"
+    assert math.isinf(ResponseNoRepeatNGram(3, len(prompt))(looping, scores.clone())[0, 11].item())
+    with pytest.raises(ValueError, match="ngram_size"):
+        ResponseNoRepeatNGram(0, 3)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_response_no_repeat_ngram_in_both_paths(paired):
+    from pmi_decode.guards import ResponseNoRepeatNGram
+
+    model, inputs = setup("llama")
+    prompt_length = inputs["conditional"]["input_ids"].shape[1]
+    guard = ResponseNoRepeatNGram(2, prompt_length)
+    out = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, num_beams=4, max_new_tokens=10,
+                       min_new_tokens=10, logits_processor=[guard])
+    slow = model.generate(**inputs["conditional"], logits_processor=[guard, reference(model, inputs, 0.5, 0.9)],
+                          num_beams=4, max_new_tokens=10, min_new_tokens=10)
+    assert torch.equal(out, slow)
+    assert all(_generated_ngrams(row[prompt_length:].tolist(), 2) == 0 for row in out)
