@@ -74,7 +74,8 @@ def main(argv=None) -> None:
     parser.add_argument("--cache", help="JSONL to append to")
     parser.add_argument("--limit", type=int, help="score at most this many rows of the seeded order")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--first-source", help="score the rows of this data_source (wow, cmu, tc) first")
+    parser.add_argument("--first-source",
+                        help="score the rows of these data_sources (wow, cmu, tc; comma-separated) first")
     parser.add_argument("--chunk-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -96,8 +97,10 @@ def main(argv=None) -> None:
     group_list = list(groups.values())
     permuted = [group_list[g] for g in np.random.default_rng(args.seed).permutation(len(group_list))]
     if args.first_source:
-        # e.g. WoW first: its one-sentence documents are cheap, and a time-limited run then covers it fully.
-        permuted.sort(key=lambda g: rows[g[0]].data_source != args.first_source)  # stable: keeps the seeded order
+        # e.g. WoW first: its one-sentence documents are cheap, and a time-limited run then covers it fully;
+        # or "cmu,tc": the non-WoW rows first, interleaved in the seeded order.
+        first = set(args.first_source.split(","))
+        permuted.sort(key=lambda g: rows[g[0]].data_source not in first)  # stable: keeps the seeded order
     order = np.array([i for g in permuted for i in g], dtype=int)
     if args.limit is not None:
         order = order[: args.limit]

