@@ -49,17 +49,21 @@ def _alpha(text: str):
     return _unit_interval("--alpha", open_left=False)(text)
 
 
-def _non_negative_int(name: str):
+def _int_at_least(name: str, low: int, note: str = ""):
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 0 (0 = off), got {value}")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{name} must be >= {low}{note}, got {value}")
         return value
 
     return parse
+
+
+def _non_negative_int(name: str):
+    return _int_at_least(name, 0, " (0 = off)")
 
 
 def _positive_float(name: str):
@@ -96,16 +100,7 @@ def _add_guard_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _positive_int(name: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {value}")
-        return value
-
-    return parse
+    return _int_at_least(name, 1)
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
