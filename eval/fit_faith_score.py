@@ -83,6 +83,21 @@ REPORTED = {
 }
 
 
+
+def _compact(value):
+    """A float to 6 significant digits (NaN -> null): the committed per-row files stay small, and
+    every reported number is rounded far coarser than that."""
+    if isinstance(value, float):
+        return None if math.isnan(value) else float(f"{value:.6g}")
+    return value
+
+
+def write_rows(path: Path, rows) -> None:
+    """One JSON object per scored response (the per-row files described in docs/faithfulness.md)."""
+    with path.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps({k: _compact(v) for k, v in row.items()}) + "\n")
+
 def build_rows(dataset: str, data_dir: Path, cache_path: Path, nlp) -> list[dict]:
     """Feature rows of the cached responses of one dev set, in data-set order."""
     cache = read_cache(cache_path)
@@ -252,9 +267,7 @@ def single_set_report(rows, dataset: str, args, scorer: str) -> dict:
         lines.append(f"| {name} | {result['auroc']:.3f} | {result['spearman']:.3f} | {result['f1_cv']:.3f} |")
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with (out / f"rows_{dataset}_{scorer}.jsonl").open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row) + "\n")
+    write_rows(out / f"rows_{dataset}_{scorer}.jsonl", rows)
     (out / f"faith_results_{scorer}_{dataset}_only.json").write_text(json.dumps(report, indent=2))
     (out / f"faith_results_{scorer}_{dataset}_only.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -435,10 +448,7 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     suffix = "" if args.audit_fit_labels == "lenient" else "_fit_strict"
     for d in DATASETS:
-        with (out / f"rows_{d}_{scorer}{suffix}.jsonl").open("w", encoding="utf-8") as handle:
-            for row in rows[d]:
-                handle.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
-                                         for k, v in row.items()}) + "\n")
+        write_rows(out / f"rows_{d}_{scorer}{suffix}.jsonl", rows[d])
     if args.write_coefficients:
         union = fit(rows["begin"] + rows["audit"], FEATURE_SET)
         union.update(scorer_model=args.scorer_model, fitted_on={d: report["datasets"][d] for d in DATASETS},
