@@ -56,9 +56,14 @@ class ReferencePMIDecode(LogitsProcessor):
         out = torch.full_like(scores, -math.inf)
         for r in range(rows):
             lp_u = self._unconditional_log_probs(input_ids[r], self.unconditional_ids[r // per_prompt], scores.dtype)
+            alpha = self._row_alpha(lp_c[r], lp_u)
             for v in self._nucleus(lp_c[r]):
-                out[r, v] = (1 - self.alpha) * lp_c[r, v] + self.alpha * (lp_c[r, v] - lp_u[v])
+                out[r, v] = (1 - alpha) * lp_c[r, v] + alpha * (lp_c[r, v] - lp_u[v])
         return out
+
+    def _row_alpha(self, lp_c_row, lp_u_row) -> float:
+        """The PMI weight of one row at one step (fixed here; subclasses may derive it)."""
+        return self.alpha
 
 
 def unpadded(batch: dict) -> list[list[int]]:

@@ -23,19 +23,11 @@ class ReferenceAdaptivePMIDecode(ReferencePMIDecode):
         self.rule = rule
         self.alphas = []
 
-    def __call__(self, input_ids, scores):
-        rows = input_ids.shape[0]
-        per_prompt = rows // len(self.unconditional_ids)
-        lp_c = torch.log_softmax(scores, dim=-1)
-        out = torch.full_like(scores, -math.inf)
-        for r in range(rows):
-            lp_u = self._unconditional_log_probs(input_ids[r], self.unconditional_ids[r // per_prompt], scores.dtype)
-            jsd = jensenshannon(lp_c[r].exp().double().numpy(), lp_u.exp().double().numpy(), base=2) ** 2
-            alpha = self.rule.max_alpha * float(jsd) ** self.rule.exponent
-            self.alphas.append(alpha)
-            for v in self._nucleus(lp_c[r]):
-                out[r, v] = (1 - alpha) * lp_c[r, v] + alpha * (lp_c[r, v] - lp_u[v])
-        return out
+    def _row_alpha(self, lp_c_row, lp_u_row) -> float:
+        jsd = jensenshannon(lp_c_row.exp().double().numpy(), lp_u_row.exp().double().numpy(), base=2) ** 2
+        alpha = self.rule.max_alpha * float(jsd) ** self.rule.exponent
+        self.alphas.append(alpha)
+        return alpha
 
 
 def reference(model, inputs, rule, p):
