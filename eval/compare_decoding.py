@@ -41,6 +41,7 @@ MEASURES = (  # key, label, higher is better
     ("distinct_2", "distinct-2", True),
     ("repeated_3gram_rate", "repeated 3-grams", False),
     ("ungrammatical", "grammar errors", False),
+    ("ungrammatical_harper", "grammar errors (harper)", False),
     ("layout_leak", "layout leak", False),
 )
 
@@ -101,12 +102,15 @@ def _paths(config, name: str) -> dict:
 
 
 def _decode_options(config, system: dict) -> dict:
-    guards = config.get("guards") or {} if system.get("guards") else {}
+    # guards: true takes the config's guards; a mapping gives the system its own.
+    guards = system.get("guards")
+    guards = guards if isinstance(guards, dict) else (config.get("guards") or {}) if guards else {}
     return dict(
         alpha=system["alpha"], p=float(system.get("p", 1.0)), num_beams=int(config.get("num_beams", 4)),
         max_new_tokens=int(config["max_new_tokens"]), seed=config.get("seed", 0),
         no_repeat_ngram_size=guards.get("no_repeat_ngram_size"), repetition_penalty=guards.get("repetition_penalty"),
         block_layout_markers=bool(guards.get("block_layout_markers", False)),
+        response_no_repeat_ngram_size=guards.get("response_no_repeat_ngram_size"),
     )
 
 
@@ -183,7 +187,9 @@ def score(config, inputs: list[dict]) -> None:
     scorer = PMIFaith(config["scorer_model"], chat_template=False, batch_size=int(config.get("scorer_batch_size", 8)),
                       max_length=config.get("scorer_max_length"), max_history_turns=config.get("max_history_turns"),
                       compute=("cpmi",))
-    checker = get_checker(config.get("grammar_backend", "harper"))
+    checker = get_checker(config.get("grammar_backend", "quire"))
+    # Harper beside the default backend, for comparison with earlier reports (issue 15 measured it).
+    harper = get_checker("harper") if config.get("grammar_backend", "quire") != "harper" else None
     for name, rows in pending:
         start = time.time()
         docs = [r["document"] for r in rows]
@@ -194,12 +200,14 @@ def score(config, inputs: list[dict]) -> None:
         reader = reader_measures(docs, hists, resp)
         rl, bl = rouge_l(resp, gold), bleu(resp, gold)
         flags = [count > 0 for count in checker.count_errors(resp)]
+        harper_flags = [float(c > 0) for c in harper.count_errors(resp)] if harper else [None] * len(resp)
         leaks = layout_leaks(resp)
         per = []
         for i, r in enumerate(rows):
             per.append({"id": str(r["id"]), "response": resp[i], "cpmi_sum": pmi[i].get("cpmi_sum"),
                         "cpmi_mean": pmi[i].get("cpmi_mean"), "rouge_l": rl[i], "bleu": bl[i],
-                        "ungrammatical": float(flags[i]), "layout_leak": leaks[i], **reader[i]})
+                        "ungrammatical": float(flags[i]), "ungrammatical_harper": harper_flags[i],
+                        "layout_leak": leaks[i], **reader[i]})
         data = {"system": name, "settings": rows[0]["settings"], "scorer_model": config["scorer_model"],
                 "n": len(per), "scores": per}
         path = _paths(config, name)["scores"]
@@ -296,7 +304,8 @@ def _fmt(value, spec: str, scale: float = 1.0) -> str:
 def markdown(result: dict) -> str:
     spec = {"cpmi_mean": (".3f", 1), "cpmi_sum": (".2f", 1), "knowledge_f1": (".3f", 1), "rouge_l": (".3f", 1),
             "bleu": (".2f", 1), "answers_question": (".3f", 1), "copy_rate": (".3f", 1), "distinct_2": (".3f", 1),
-            "repeated_3gram_rate": (".3f", 1), "ungrammatical": (".0f", 100), "layout_leak": (".0f", 100)}
+            "repeated_3gram_rate": (".3f", 1), "ungrammatical": (".0f", 100), "ungrammatical_harper": (".0f", 100),
+            "layout_leak": (".0f", 100)}
     keys = [k for k, _, _ in MEASURES]
     labels = {k: label for k, label, _ in MEASURES}
     lines = ["| System | n | " + " | ".join(labels[k] + (" %" if spec[k][1] == 100 else "") for k in keys)

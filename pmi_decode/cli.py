@@ -17,7 +17,8 @@ DEFAULTS = dict(alpha=0.5, p=0.9, num_beams=4, max_new_tokens=64, batch_size=8, 
 #: Guards of ``generate`` (docs/decoding.md says why): layout markers are banned; no-repeat n-grams stay
 #: off, because on decoder-only models generate counts the prompt's n-grams too, which forbids quoting
 #: the document; the repetition penalty stays off, since it penalises reusing the document's words.
-GUARD_DEFAULTS = dict(no_repeat_ngram_size=0, repetition_penalty=1.0, block_layout_markers=True)
+GUARD_DEFAULTS = dict(no_repeat_ngram_size=0, response_no_repeat_ngram_size=0, repetition_penalty=1.0,
+                      block_layout_markers=True)
 DEMO_DEFAULTS = dict(alpha=0.5, p=0.9, num_beams=4, max_new_tokens=40)
 
 
@@ -86,6 +87,12 @@ def _add_guard_arguments(parser: argparse.ArgumentParser) -> None:
         help="never repeat a token n-gram of this size (generate's option; on decoder-only models it also "
         f"forbids repeating n-grams of the prompt, i.e. quoting the document); 0 = off "
         f"(default {GUARD_DEFAULTS['no_repeat_ngram_size']})",
+    )
+    parser.add_argument(
+        "--response-no-repeat-ngram-size", type=_non_negative_int("--response-no-repeat-ngram-size"),
+        default=GUARD_DEFAULTS["response_no_repeat_ngram_size"],
+        help="never repeat a token n-gram of this size within the response (the document may still be "
+        f"quoted); 0 = off (default {GUARD_DEFAULTS['response_no_repeat_ngram_size']})",
     )
     parser.add_argument(
         "--repetition-penalty", type=_positive_float("--repetition-penalty"),
@@ -230,6 +237,7 @@ def _decode_options(args) -> dict:
         chat_template=_chat_flag(args.chat_template), extra_settings={"dtype": args.dtype},
         no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
         block_layout_markers=args.block_layout_markers,
+        response_no_repeat_ngram_size=args.response_no_repeat_ngram_size,
     )
 
 

@@ -177,7 +177,7 @@ def write_records(path: str | os.PathLike, records: Iterable[dict]) -> int:
 def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, model_name=None, compare=False,
                     batch_size=None, max_length=None, max_history_turns=None, chat_template=None, format=None,
                     no_repeat_ngram_size=None, repetition_penalty=None, block_layout_markers=False,
-                    **options) -> dict:
+                    response_no_repeat_ngram_size=None, **options) -> dict:
     """The settings stored with every output record and compared on resume: every option that
     can change a record's content. ``batch_size`` is one of them: it decides which dialogues share
     a batch, hence the padding and, when sampling, each batch's seed. ``options``: further
@@ -202,6 +202,8 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
         settings["repetition_penalty"] = float(repetition_penalty)
     if block_layout_markers:
         settings["block_layout_markers"] = True
+    if response_no_repeat_ngram_size:
+        settings["response_no_repeat_ngram_size"] = int(response_no_repeat_ngram_size)
     if format is not None:
         import dataclasses
 
@@ -363,6 +365,7 @@ def decode_records(
     no_repeat_ngram_size: int | None = None,
     repetition_penalty: float | None = None,
     block_layout_markers: bool = False,
+    response_no_repeat_ngram_size: int | None = None,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
@@ -381,7 +384,10 @@ def decode_records(
     Guards (applied alike to PMI-Decode and to the plain comparison): ``no_repeat_ngram_size``
     and ``repetition_penalty`` are ``generate``'s own options; ``block_layout_markers`` bans the
     prompt layout's markers ("Document:", "User:", "Agent:") from responses
-    (:class:`pmi_decode.guards.LayoutMarkerGuard`).
+    (:class:`pmi_decode.guards.LayoutMarkerGuard`); ``response_no_repeat_ngram_size`` forbids
+    repeating an n-gram of the response itself (:class:`pmi_decode.guards.ResponseNoRepeatNGram`),
+    leaving the document free to be quoted, which ``no_repeat_ngram_size`` forbids on decoder-only
+    models (their ``input_ids`` hold the prompt).
 
     ``skip_ids`` and ``shard=(index, count)`` let a rerun or one of several processes decode
     part of ``records`` while every record keeps the batch (and seed) it gets when all of
@@ -390,9 +396,10 @@ def decode_records(
     run, and records in ``skip_ids`` are not yielded (see :mod:`pmi_decode.distributed`).
     """
     alpha, p = resolve_alpha(alpha, p)
-    if no_repeat_ngram_size is not None and (isinstance(no_repeat_ngram_size, bool)
-                                             or not isinstance(no_repeat_ngram_size, int) or no_repeat_ngram_size < 0):
-        raise ValueError(f"no_repeat_ngram_size must be an integer >= 0 (0 = off), got {no_repeat_ngram_size!r}")
+    for name, value in (("no_repeat_ngram_size", no_repeat_ngram_size),
+                        ("response_no_repeat_ngram_size", response_no_repeat_ngram_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"{name} must be an integer >= 0 (0 = off), got {value!r}")
     if repetition_penalty is not None and (isinstance(repetition_penalty, bool)
                                            or not isinstance(repetition_penalty, (int, float))
                                            or not repetition_penalty > 0):
@@ -411,7 +418,8 @@ def decode_records(
         seed=seed, model_name=model_name, compare=compare, batch_size=batch_size, max_length=user_max_length,
         max_history_turns=max_history_turns, chat_template=chat_template, format=format,
         no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
-        block_layout_markers=block_layout_markers, **(extra_settings or {}),
+        block_layout_markers=block_layout_markers, response_no_repeat_ngram_size=response_no_repeat_ngram_size,
+        **(extra_settings or {}),
     )
     encode_kw = dict(
         is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,
@@ -459,18 +467,25 @@ def decode_records(
             )
             num_truncated += inputs["num_truncated"]
             prompt_len = inputs["conditional"]["input_ids"].shape[1]
+            batch_kwargs = generate_kwargs
+            if response_no_repeat_ngram_size:
+                from .guards import ResponseNoRepeatNGram
+
+                # The decoder's input_ids: the padded prompt (decoder-only) or the start token.
+                guard = ResponseNoRepeatNGram(response_no_repeat_ngram_size, 1 if enc_dec else prompt_len)
+                batch_kwargs = dict(generate_kwargs, logits_processor=[guard, *generate_kwargs["logits_processor"]])
             batch_seed = _batch_seed(seed, [r["id"] for r in recs]) if seed is not None else None
             tracker.start_batch(len(recs), 2 if compare else 1, max_new_tokens)
             with torch.no_grad():
                 if batch_seed is not None:
                     torch.manual_seed(batch_seed)
-                pmi = _pmi_sequences(model, inputs, alpha=alpha, p=p, generate_kwargs=generate_kwargs)
+                pmi = _pmi_sequences(model, inputs, alpha=alpha, p=p, generate_kwargs=batch_kwargs)
                 pmi_texts = _texts(tokenizer, pmi, prompt_len, enc_dec)
                 plain_texts = None
                 if compare:
                     if batch_seed is not None:
                         torch.manual_seed(batch_seed)
-                    plain_kwargs = dict(generate_kwargs, top_p=p) if do_sample else generate_kwargs
+                    plain_kwargs = dict(batch_kwargs, top_p=p) if do_sample else batch_kwargs
                     plain = _plain_sequences(model, inputs, plain_kwargs)
                     plain_texts = _texts(tokenizer, plain, prompt_len, enc_dec)
             for row, rec in enumerate(recs):

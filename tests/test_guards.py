@@ -210,3 +210,30 @@ def test_response_no_repeat_ngram_in_both_paths(paired):
                           num_beams=4, max_new_tokens=10, min_new_tokens=10)
     assert torch.equal(out, slow)
     assert all(_generated_ngrams(row[prompt_length:].tolist(), 2) == 0 for row in out)
+
+
+def test_decode_records_response_no_repeat_ngram():
+    """decode_records' response-only guard: the settings record it, no 2-gram repeats inside any
+    response, and each response is what generate gives with the guard and the slow reference."""
+    tok, model = tiny_tokenizer("llama"), tiny_model("llama")
+    records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]
+    out = list(decode_records(records, model, tok, alpha=0.5, p=0.9, num_beams=2, max_new_tokens=24,
+                              batch_size=len(records), response_no_repeat_ngram_size=2, progress=False))
+    assert out[0]["settings"]["response_no_repeat_ngram_size"] == 2
+    inputs = build_inputs(tok, [r["document"] for r in records], [r["history"] for r in records], model=model)
+    from pmi_decode.guards import ResponseNoRepeatNGram
+
+    width = inputs["conditional"]["input_ids"].shape[1]
+    slow = model.generate(**inputs["conditional"], num_beams=2, max_new_tokens=24, pad_token_id=tok.pad_token_id,
+                          logits_processor=[ResponseNoRepeatNGram(2, width), reference(model, inputs, 0.5, 0.9)])
+    texts = tok.batch_decode(slow[:, width:], skip_special_tokens=True)
+    by_id = {rec["id"]: rec["pmi_response"] for rec in out}
+    assert [by_id[str(i)] for i in range(len(records))] == [t.strip() for t in texts]
+    for row in slow[:, width:].tolist():
+        row = [t for t in row if t != tok.pad_token_id]
+        assert _generated_ngrams(row, 2) == 0
+    unguarded = list(decode_records(records, model, tok, alpha=0.5, p=0.9, num_beams=2, max_new_tokens=24,
+                                    batch_size=len(records), progress=False))
+    assert {r["id"]: r["pmi_response"] for r in unguarded} != by_id, "the guard must change looping responses"
+    with pytest.raises(ValueError, match="response_no_repeat_ngram_size"):
+        list(decode_records(records, model, tok, response_no_repeat_ngram_size=-1, progress=False))
