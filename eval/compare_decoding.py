@@ -254,6 +254,23 @@ def goal_check(summary: dict, baseline: str, reference: str) -> dict:
     return out
 
 
+def best_by_rule(summary: dict, goals: dict, baseline: str) -> dict | None:
+    """The system the goal rule prefers: among the non-baseline systems, those meeting every goal
+    first, then those meeting more of them; within a group, the larger PMI-F gain per token (the
+    faithfulness the method is for), then knowledge F1. ``None`` without goals."""
+    candidates = [name for name in goals if name != baseline]
+    if not candidates:
+        return None
+
+    def key(name):
+        m = summary[name]["means"]
+        return (goals[name]["passes"], goals[name]["num_passed"], m["cpmi_mean"] or 0.0, m["knowledge_f1"] or 0.0)
+
+    best = max(candidates, key=key)
+    return {"system": best, "meets_every_goal": goals[best]["passes"],
+            "missed": [c for c, ok in goals[best]["checks"].items() if not ok]}
+
+
 def report(config, inputs: list[dict]) -> dict:
     root = Path(config["output_dir"])
     baseline = config.get("baseline", "plain")
@@ -278,6 +295,7 @@ def report(config, inputs: list[dict]) -> dict:
             "vs_baseline": {key: paired(scored[baseline]["scores"], rows, key) for key, _, _ in MEASURES},
         }
     goals = goal_check(summary, baseline, reference) if reference in summary else {}
+    best = best_by_rule(summary, goals, baseline)
     rng = random.Random(int(config.get("examples_seed", 0)))
     ids = sorted({r["id"] for r in scored[baseline]["scores"]}, key=lambda i: [x["id"] for x in inputs].index(i))
     picked = rng.sample(ids, min(int(config.get("examples", 3)), len(ids)))
@@ -289,7 +307,7 @@ def report(config, inputs: list[dict]) -> dict:
                          "responses": {name: next(r for r in data["scores"] if r["id"] == i)["response"]
                                        for name, data in scored.items()}})
     result = {"config": {k: v for k, v in config.items() if k != "systems"}, "systems": config["systems"],
-              "baseline": baseline, "reference": reference, "summary": summary, "goals": goals,
+              "baseline": baseline, "reference": reference, "summary": summary, "goals": goals, "best": best,
               "examples": examples}
     root.mkdir(parents=True, exist_ok=True)
     (root / "comparison.json").write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -334,6 +352,10 @@ def markdown(result: dict) -> str:
             continue
         failed = [c for c, ok in goal["checks"].items() if not ok]
         lines.append(f"- {name}: " + ("meets every goal" if not failed else "misses " + ", ".join(failed)))
+    if result.get("best"):
+        best = result["best"]
+        lines += ["", f"Best by the goal rule: **{best['system']}** ("
+                  + ("meets every goal" if best["meets_every_goal"] else "misses " + ", ".join(best["missed"])) + ")."]
     lines += ["", "Examples (drawn with random.Random(examples_seed).sample over the turn ids):", ""]
     for ex in result["examples"]:
         doc = ex["document"] if len(ex["document"]) < 300 else ex["document"][:300] + " ..."

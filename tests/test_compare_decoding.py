@@ -1,0 +1,90 @@
+"""eval/compare_decoding.py: the guard options a system gets, the goal rule, the choice of the best
+system, paired differences, and a report built from score files written as the score stage does."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
+
+import compare_decoding as cd  # noqa: E402
+
+CONFIG = {"guards": {"response_no_repeat_ngram_size": 3, "block_layout_markers": True}, "max_new_tokens": 8,
+          "num_beams": 2}
+
+
+def test_guard_options_per_system():
+    plain = cd._decode_options(CONFIG, {"alpha": 0})
+    assert plain["response_no_repeat_ngram_size"] is None and plain["block_layout_markers"] is False
+    guarded = cd._decode_options(CONFIG, {"alpha": 0.5, "p": 0.9, "guards": True})
+    assert guarded["response_no_repeat_ngram_size"] == 3 and guarded["block_layout_markers"] is True
+    assert guarded["no_repeat_ngram_size"] is None
+    own = cd._decode_options(CONFIG, {"alpha": 0.5, "guards": {"no_repeat_ngram_size": 4}})
+    assert own["no_repeat_ngram_size"] == 4 and own["response_no_repeat_ngram_size"] is None
+
+
+def _rows(values: dict, n: int = 4) -> list[dict]:
+    rows = []
+    for i in range(n):
+        row = {"id": str(i), "response": f"r{i}"}
+        for key, _, _ in cd.MEASURES:
+            value = values.get(key, 0.0)
+            row[key] = value(i) if callable(value) else value
+        rows.append(row)
+    return rows
+
+
+def _write(root: Path, name: str, rows: list[dict]) -> None:
+    path = cd._paths({"output_dir": str(root)}, name)["scores"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"system": name, "settings": {}, "n": len(rows), "scores": rows}))
+
+
+def test_goal_rule_and_best_system(tmp_path):
+    base = dict(cpmi_mean=0.0, knowledge_f1=0.05, rouge_l=0.10, ungrammatical=0.25, repeated_3gram_rate=0.05)
+    systems = {
+        "plain": base,
+        # the reference: a faithfulness gain, but grammar 25 -> 50%
+        "fixed-0.5": dict(base, cpmi_mean=0.3, knowledge_f1=0.10, ungrammatical=0.5, repeated_3gram_rate=0.0),
+        # keeps the gain and meets every other goal
+        "good": dict(base, cpmi_mean=0.35, knowledge_f1=0.12, rouge_l=0.095, ungrammatical=0.25,
+                     repeated_3gram_rate=0.0),
+        # larger gain, but ROUGE-L falls by more than 0.01 and a response leaks the layout
+        "greedy-gain": dict(base, cpmi_mean=0.9, knowledge_f1=0.3, rouge_l=0.05, layout_leak=lambda i: float(i == 0)),
+    }
+    for name, values in systems.items():
+        _write(tmp_path, name, _rows(values))
+    config = {"output_dir": str(tmp_path), "systems": {name: {"alpha": 0} for name in systems}, "examples": 2}
+    inputs = [{"id": str(i), "document": "d", "history": ["h"], "response": "g"} for i in range(4)]
+    result = cd.report(config, inputs)
+    goals = result["goals"]
+    assert goals["good"]["passes"]
+    assert not goals["fixed-0.5"]["checks"]["grammar"]
+    assert not goals["greedy-gain"]["checks"]["rouge_l"] and not goals["greedy-gain"]["checks"]["no_leak"]
+    assert result["best"] == {"system": "good", "meets_every_goal": True, "missed": []}
+    md = (tmp_path / "comparison.md").read_text()
+    assert "Best by the goal rule: **good**" in md
+    diff = result["summary"]["greedy-gain"]["vs_baseline"]["cpmi_mean"]
+    assert diff["diff"] == pytest.approx(0.9) and diff["ci95"] == pytest.approx(0.0) and diff["n"] == 4
+    # Without a system meeting every goal, the one meeting most goals wins.
+    (cd._paths(config, "good")["scores"]).unlink()
+    config["systems"].pop("good")
+    result = cd.report(config, inputs)
+    assert result["best"]["system"] == "fixed-0.5" and result["best"]["missed"] == ["grammar"]
+
+
+def test_paired_interval():
+    base = [{"id": str(i), "x": 0.0} for i in range(3)]
+    other = [{"id": str(i), "x": float(i)} for i in range(3)]  # differences 0, 1, 2
+    out = cd.paired(base, other, "x")
+    assert out["diff"] == pytest.approx(1.0) and out["n"] == 3
+    assert out["ci95"] == pytest.approx(1.96 * 1.0 / 3 ** 0.5)
+
+
+def test_select_turns_avoids_earlier_turns():
+    records = list(range(1000))
+    chosen = cd.select_turns(records, 40, avoid_first=24, avoid_sweep_turns=100)
+    assert len(set(chosen)) == 40 and min(chosen) >= 24
+    assert not set(chosen) & {int(i * 10) for i in range(100)}
