@@ -347,6 +347,7 @@ def main(argv=None) -> dict | None:
     parser.add_argument("--metrics", help="comma-separated subset of the config's metric labels or names")
     parser.add_argument("--scorer-model", help="overrides scorer_model")
     parser.add_argument("--output-dir", help="overrides output_dir")
+    parser.add_argument("--cache-dir", help="overrides cache_dir")
     parser.add_argument("--files", help="comma-separated subset of the config's files")
     parser.add_argument("--rows-per-file", help="FILE=N,...: score a seeded random N rows of FILE (overrides rows_per_file)")
     parser.add_argument("--cached-only", action="store_true",
@@ -357,7 +358,7 @@ def main(argv=None) -> dict | None:
     config = yaml.safe_load(Path(args.config).read_text())
     data_dir = Path(args.data_dir or config["data_dir"])
     scorer_model = args.scorer_model or config.get("scorer_model", "embedded")
-    cache_dir = Path(config.get("cache_dir", ".cache/begin"))
+    cache_dir = Path(args.cache_dir or config.get("cache_dir", ".cache/begin"))
     output_dir = Path(args.output_dir or config.get("output_dir", "docs/results/begin"))
     threads = config.get("torch_threads")
     if threads:
