@@ -5,7 +5,8 @@ loading included)?
     python benchmarks/begin_processes.py --config configs/begin_scale_check.yaml \
         --data-dir ../shared/data/begin --processes 2 --output docs/results/begin_scale_out/processes.json
 
-Each run gets a fresh cache folder under ``--work-dir``; the caches are compared byte for byte,
+Paths are relative to the repository root (the runs start there). Each run gets a fresh cache
+folder under ``--work-dir``; the caches are compared byte for byte,
 the reports without their ``config`` entry (which names the folders).
 """
 
@@ -32,8 +33,8 @@ def _free_port() -> int:
 
 
 def _run(config, data_dir, folder: Path, processes: int) -> dict:
-    begin = [str(ROOT / "eval" / "begin.py"), "--config", config, "--cache-dir", str(folder / "cache"),
-             "--output-dir", str(folder / "out")]
+    shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
+    begin = ["eval/begin.py", "--config", config, "--cache-dir", str(shown / "cache"), "--output-dir", str(shown / "out")]
     if data_dir:
         begin += ["--data-dir", data_dir]
     if processes == 1:
@@ -44,11 +45,11 @@ def _run(config, data_dir, folder: Path, processes: int) -> dict:
                "--main_process_port", str(_free_port()), *begin]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     started = time.time()
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     seconds = time.time() - started
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
-    return {"command": " ".join(cmd[1:]), "seconds": round(seconds, 1), "load_average": os.getloadavg()}
+    return {"command": "OMP_NUM_THREADS=1 python " + " ".join(cmd[1:]), "seconds": round(seconds, 1), "load_average": os.getloadavg()}
 
 
 def main() -> None:
@@ -61,7 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.processes < 2:
         raise SystemExit(f"--processes must be >= 2 (it is compared with one process), got {args.processes}")
-    work = Path(args.work_dir)
+    work = ROOT / args.work_dir
     shutil.rmtree(work, ignore_errors=True)
     runs = {}
     for count in (1, args.processes):

@@ -87,7 +87,7 @@ def plan_chunks(examples, keys, scored, chunk_size: int) -> list[list[tuple[str,
     PMI-Faith pads each response into a batch of other ones and scores rows that share a document
     and history from one shared prompt. Several processes therefore deal out these same chunks
     whole (never single rows), so every row is scored with the companions a one-process run
-    gives it and the scores are the same to the last bit.
+    gives it and the scores are the same to the last bit (on the same hardware and thread count).
     """
     if chunk_size < 1:
         raise SystemExit(f"chunk_size must be >= 1, got {chunk_size}")
