@@ -265,7 +265,10 @@ def _free_port() -> int:
 
 def test_accelerate_launch_two_processes_writes_the_one_process_cache_and_report(tmp_path, scorer_dir, reference):
     root, single = reference
-    config = _config(tmp_path, scorer_dir)
+    # A metric whose model is missing: every process must agree it is unavailable (a real gather).
+    missing = {"name": "faithcritic", "options": {"faithcritic_model": str(tmp_path / "no-such-model")},
+               "columns": {"FaithCritic": "faithcritic"}}
+    config = _config(tmp_path, scorer_dir, extra=[missing])
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            "--main_process_port", str(_free_port()), str(ROOT / "eval" / "begin.py"), "--config", str(config)]
@@ -277,5 +280,6 @@ def test_accelerate_launch_two_processes_writes_the_one_process_cache_and_report
     assert "merged 16 rows from 2 processes" in run.stderr
     assert _caches(tmp_path) == _caches(root)
     saved = json.loads((tmp_path / "out" / "begin_results.json").read_text())
+    assert "no-such-model" in saved["metrics"].pop("FaithCritic")["error"]
     assert saved["metrics"] == json.loads((root / "out" / "begin_results.json").read_text())["metrics"]
     assert saved["num_rows_evaluated"] == single["num_rows_evaluated"] == 16
