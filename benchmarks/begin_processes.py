@@ -34,7 +34,8 @@ def _free_port() -> int:
 
 def _run(config, data_dir, folder: Path, processes: int) -> dict:
     shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
-    begin = ["eval/begin.py", "--config", config, "--cache-dir", str(shown / "cache"), "--output-dir", str(shown / "out")]
+    begin = ["eval/begin.py", "--config", config, "--cache-dir", str(shown / "cache"),
+             "--output-dir", str(shown / "out")]
     if data_dir:
         begin += ["--data-dir", data_dir]
     if processes == 1:
@@ -49,7 +50,8 @@ def _run(config, data_dir, folder: Path, processes: int) -> dict:
     seconds = time.time() - started
     if run.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{run.stderr[-3000:]}")
-    return {"command": "OMP_NUM_THREADS=1 python " + " ".join(cmd[1:]), "seconds": round(seconds, 1), "load_average": os.getloadavg()}
+    return {"command": "OMP_NUM_THREADS=1 python " + " ".join(cmd[1:]), "seconds": round(seconds, 1),
+            "load_average": os.getloadavg()}
 
 
 def main() -> None:
