@@ -19,6 +19,12 @@ of the other folds, and P/R/F1/accuracy are computed over the pooled out-of-fold
 Spearman, Pearson and AUROC need no calibration and use every row. Every metric is evaluated on
 the same rows (those every available metric has scored). ``rows_per_file`` (or
 ``--rows-per-file FILE=N``) scores a seeded random subset of a file, for quick or partial runs.
+
+Several processes (``accelerate launch --multi_gpu --num_processes N eval/begin.py ...``) deal
+out the one-process run's chunks of rows (``chunk_size``) whole, each into its own shard file
+beside the metric's cache; the main process appends them to the cache and alone evaluates and
+writes the report. The cache, and so the report, is the one a one-process run writes; a killed
+run resumes from the shard files (see :func:`score_metric_sharded` and docs/scale_out.md).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pmi_decode import distributed  # noqa: E402
 from pmi_decode.data.begin import read_begin  # noqa: E402
 from pmi_decode.data.faithdial_audit import read_faithdial_audit  # noqa: E402
 from pmi_decode.metrics import meta_eval  # noqa: E402
@@ -72,48 +79,198 @@ def load_cache(path: Path) -> dict:
     return cache
 
 
-def score_metric(entry, examples, keys, cache_dir: Path, scorer_model, chunk_size, cached_only) -> tuple[dict, str | None]:
-    """Per-row scores of one metric (from the cache, scoring what is missing). Returns (cache, reason)."""
-    name = entry["name"]
-    cache_path = cache_dir / f"{metric_id(entry, scorer_model)}.jsonl"
-    cache = load_cache(cache_path)
+def plan_chunks(examples, keys, scored, chunk_size: int) -> list[list[tuple[str, object]]]:
+    """The units of scoring: the rows whose key is not in ``scored`` (each key once, in input
+    order), cut into chunks of ``chunk_size``.
+
+    A chunk is one call of the metric, and a metric's scores can depend on the rest of its call:
+    PMI-Faith pads each response into a batch of other ones and scores rows that share a document
+    and history from one shared prompt. Several processes therefore deal out these same chunks
+    whole (never single rows), so every row is scored with the companions a one-process run
+    gives it and the scores are the same to the last bit (on the same hardware and thread count).
+    """
+    if chunk_size < 1:
+        raise SystemExit(f"chunk_size must be >= 1, got {chunk_size}")
     todo, seen = [], set()
     for example, key in zip(examples, keys):
-        if key not in cache and key not in seen:
+        if key not in scored and key not in seen:
             todo.append((key, example))
             seen.add(key)
-    if not todo or cached_only:
-        return cache, None
-    try:
-        fn = get_metric(name)
-    except ValueError as err:
-        return cache, str(err)
+    return [todo[start : start + chunk_size] for start in range(0, len(todo), chunk_size)]
+
+
+def _failure(err: Exception) -> str:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {first}"[:400]
+
+
+def _metric_call(entry, scorer_model, device=None):
+    """The registered metric function and its options (ValueError for an unknown name)."""
+    fn = get_metric(entry["name"])
     options = dict(entry.get("options") or {})
     options.setdefault("scorer_model", scorer_model)
+    if device is not None:
+        options.setdefault("device", device)
+    return fn, options
+
+
+def _score_chunk(fn, chunk, options) -> list:
+    return fn([e.knowledge for _, e in chunk], [e.history for _, e in chunk], [e.response for _, e in chunk],
+              **options)
+
+
+def score_metric(entry, examples, keys, cache_dir: Path, scorer_model, chunk_size, cached_only,
+                 processes: distributed.Processes | None = None) -> tuple[dict, str | None]:
+    """Per-row scores of one metric (from the cache, scoring what is missing). Returns (cache, reason).
+
+    With several processes (or shard files of an unfinished multi-process run beside the cache)
+    this goes through :func:`score_metric_sharded`; other processes than the main one get an
+    empty cache back.
+    """
+    name = entry["name"]
+    cache_path = cache_dir / f"{metric_id(entry, scorer_model)}.jsonl"
+    processes = processes or distributed.Processes()
+    if not cached_only and (processes.count > 1 or any(distributed.shard_dir(cache_path).glob("part-*.jsonl"))):
+        return score_metric_sharded(entry, examples, keys, cache_dir, scorer_model, chunk_size, processes)
+    cache = load_cache(cache_path)
+    chunks = plan_chunks(examples, keys, cache, chunk_size)
+    if not chunks or cached_only:
+        return cache, None
+    try:
+        fn, options = _metric_call(entry, scorer_model)
+    except ValueError as err:
+        return cache, str(err)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("%s: %d rows cached, %d to score -> %s", name, len(cache), len(todo), cache_path)
+    distributed.repair_tail(cache_path)  # a line cut by a kill would swallow the next one appended
+    total = sum(len(c) for c in chunks)
+    logger.info("%s: %d rows cached, %d to score -> %s", name, len(cache), total, cache_path)
     started, done = time.time(), 0
     with cache_path.open("a", encoding="utf-8") as handle:
-        for start in range(0, len(todo), chunk_size):
-            chunk = todo[start : start + chunk_size]
+        for chunk in chunks:
             try:
-                results = fn(
-                    [e.knowledge for _, e in chunk], [e.history for _, e in chunk], [e.response for _, e in chunk],
-                    **options,
-                )
+                results = _score_chunk(fn, chunk, options)
             except Exception as err:  # noqa: BLE001 - any failure to load or run makes the metric unavailable
-                reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
-                logger.warning("%s unavailable: %s", name, reason)
-                return cache, reason[:400]
+                logger.warning("%s unavailable: %s", name, _failure(err))
+                return cache, _failure(err)
             for (key, _), scores in zip(chunk, results):
                 cache[key] = scores
                 handle.write(json.dumps({"key": key, "scores": scores}) + "\n")
             handle.flush()
             done += len(chunk)
             elapsed = time.time() - started
-            logger.info("%s: %d/%d rows, %.1f s/row, about %.0f min left", name, done, len(todo),
-                        elapsed / done, elapsed / done * (len(todo) - done) / 60)
+            logger.info("%s: %d/%d rows, %.1f s/row, about %.0f min left", name, done, total,
+                        elapsed / done, elapsed / done * (total - done) / 60)
     return cache, None
+
+
+# ---------------------------------------------------------------------------- several processes
+def shard_settings(entry, scorer_model, chunk_size: int) -> dict:
+    """What a shard record must share with the run resuming it: the cache's metric id (metric,
+    scorer, options) plus what only the batching depends on (``batch_size``, ``chunk_size``),
+    which the cache file's name leaves out but an exact resume needs."""
+    return {"metric_id": metric_id(entry, scorer_model), "batch_size": (entry.get("options") or {}).get("batch_size"),
+            "chunk_size": int(chunk_size)}
+
+
+def read_shards(cache_path: Path, settings: dict) -> dict:
+    """Scores already in the shard files beside ``cache_path`` (of any process count), by key;
+    refuses records written with other settings."""
+    folder = distributed.shard_dir(cache_path)
+    written = {}
+    for path in sorted(folder.glob("part-*.jsonl")):
+        for record in distributed.read_shard_records(path):
+            if record.get("settings") != settings:
+                raise distributed.ShardError(
+                    f"{path}: scores of an unfinished run with other settings ({record.get('settings')}) than now "
+                    f"({settings}); rerun with those settings to finish it, or delete {folder} to discard it"
+                )
+            written.setdefault(record["id"], record["scores"])
+    return written
+
+
+def merge_shards(cache_path: Path, chunks, settings: dict) -> int:
+    """Append every sharded score missing from the cache to it (planned rows in plan order, so the
+    cache reads as a one-process run's would), then remove the shard files. A kill here leaves
+    the shards; the next run appends only what is still missing. Returns the rows appended."""
+    written = read_shards(cache_path, settings)
+    planned = [key for chunk in chunks for key, _ in chunk]
+    missing = [key for key in planned if key not in written]
+    if missing:
+        raise distributed.ShardError(
+            f"{len(missing)} of {len(planned)} rows are in no shard file of {distributed.shard_dir(cache_path)} "
+            f"(first: {missing[:3]}); a process stopped early: rerun the same command to score them"
+        )
+    cached = set(load_cache(cache_path))
+    distributed.repair_tail(cache_path)
+    appended = 0
+    with cache_path.open("a", encoding="utf-8") as handle:
+        for key in planned + [k for k in written if k not in set(planned)]:
+            if key not in cached:
+                handle.write(json.dumps({"key": key, "scores": written[key]}) + "\n")
+                cached.add(key)
+                appended += 1
+    for path in distributed.shard_dir(cache_path).glob("part-*.jsonl"):
+        path.unlink()
+    try:
+        distributed.shard_dir(cache_path).rmdir()
+    except OSError:
+        pass
+    return appended
+
+
+def score_metric_sharded(entry, examples, keys, cache_dir: Path, scorer_model, chunk_size,
+                         processes: distributed.Processes) -> tuple[dict, str | None]:
+    """:func:`score_metric` over several processes (``accelerate launch``).
+
+    Every process plans the same chunks (:func:`plan_chunks` over the rows the cache lacks,
+    counting rows of an unfinished run's shard files as lacking, so a resumed run plans what the
+    killed one planned), scores chunks ``index, index + count, ...`` into its own shard file
+    ``<cache>.jsonl.shards/part-<index>-of-<count>.jsonl`` and skips chunks already written; a
+    partly written chunk is scored whole again and only its missing rows are written. The main
+    process then appends the shards to the cache. A metric that fails on any process is
+    unavailable on all of them (its shard files stay for a rerun).
+    """
+    name = entry["name"]
+    cache_path = cache_dir / f"{metric_id(entry, scorer_model)}.jsonl"
+    settings = shard_settings(entry, scorer_model, chunk_size)
+    own = distributed.shard_path(cache_path, processes.index, processes.count)
+    own.parent.mkdir(parents=True, exist_ok=True)
+    distributed.repair_tail(own)
+    processes.wait()  # no process reads a shard file while its owner repairs it
+    cache = load_cache(cache_path)
+    written = read_shards(cache_path, settings)
+    chunks = plan_chunks(examples, keys, set(cache) - set(written), chunk_size)
+    mine = [c for c in distributed.shard_units(chunks, processes.index, processes.count)
+            if any(key not in written for key, _ in c)]
+    logger.info("%s: process %d of %d scores %d of %d chunks -> %s", name, processes.index, processes.count,
+                len(mine), len(chunks), own)
+    reason = None
+    if mine:
+        try:
+            fn, options = _metric_call(entry, scorer_model, processes.device)
+        except ValueError as err:
+            reason = str(err)
+    with own.open("a", encoding="utf-8") as handle:
+        for chunk in mine if reason is None else []:
+            try:
+                results = _score_chunk(fn, chunk, options)
+            except Exception as err:  # noqa: BLE001 - as in score_metric
+                reason = _failure(err)
+                logger.warning("%s unavailable: %s", name, reason)
+                break
+            for (key, _), scores in zip(chunk, results):
+                if key not in written:
+                    handle.write(json.dumps({"id": key, "settings": settings, "scores": scores}) + "\n")
+                    written[key] = scores
+            handle.flush()
+    reasons = [r for r in processes.gather(reason) if r]
+    if reasons:
+        return (cache if processes.is_main else {}), reasons[0]
+    if processes.is_main:
+        appended = merge_shards(cache_path, chunks, settings)
+        logger.info("%s: merged %d rows from %d processes into %s", name, appended, processes.count, cache_path)
+    processes.wait()
+    return (load_cache(cache_path) if processes.is_main else {}), None
 
 
 def column_value(scores: dict | None, column: str) -> float:
@@ -183,13 +340,14 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> dict:
+def main(argv=None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="configs/begin.yaml")
     parser.add_argument("--data-dir", help="overrides data_dir of the config")
     parser.add_argument("--metrics", help="comma-separated subset of the config's metric labels or names")
     parser.add_argument("--scorer-model", help="overrides scorer_model")
     parser.add_argument("--output-dir", help="overrides output_dir")
+    parser.add_argument("--cache-dir", help="overrides cache_dir")
     parser.add_argument("--files", help="comma-separated subset of the config's files")
     parser.add_argument("--rows-per-file", help="FILE=N,...: score a seeded random N rows of FILE (overrides rows_per_file)")
     parser.add_argument("--cached-only", action="store_true",
@@ -200,7 +358,7 @@ def main(argv=None) -> dict:
     config = yaml.safe_load(Path(args.config).read_text())
     data_dir = Path(args.data_dir or config["data_dir"])
     scorer_model = args.scorer_model or config.get("scorer_model", "embedded")
-    cache_dir = Path(config.get("cache_dir", ".cache/begin"))
+    cache_dir = Path(args.cache_dir or config.get("cache_dir", ".cache/begin"))
     output_dir = Path(args.output_dir or config.get("output_dir", "docs/results/begin"))
     threads = config.get("torch_threads")
     if threads:
@@ -241,12 +399,15 @@ def main(argv=None) -> dict:
         wanted = {m.strip() for m in args.metrics.split(",")}
         entries = [e for e in entries if e["name"] in wanted or any(c in wanted for c in e.get("columns", {}))]
 
+    processes = distributed.process_group()  # Processes(0, 1) unless started by accelerate launch / torchrun
+    scored = [score_metric(entry, examples, keys, cache_dir, scorer_model, int(config.get("chunk_size", 32)),
+                           args.cached_only, processes) for entry in entries]
+    if not processes.is_main:
+        return None  # the main process evaluates and writes the report
     report = {"config": config, "scorer_model": scorer_model, "num_rows": len(examples), "metrics": {}}
     columns_values, errors = {}, {}
-    for entry in entries:
+    for entry, (cache, reason) in zip(entries, scored):
         columns = entry.get("columns") or {entry["name"]: entry["name"]}
-        cache, reason = score_metric(entry, examples, keys, cache_dir, scorer_model,
-                                     int(config.get("chunk_size", 32)), args.cached_only)
         for label, column in columns.items():
             values = np.array([column_value(cache.get(k), column) for k in keys], dtype=float)
             have = ~np.isnan(values)

@@ -36,6 +36,7 @@ __all__ = [
     "ShardError",
     "process_group",
     "read_shard_records",
+    "repair_tail",
     "decode_sharded",
     "run_sharded",
     "shard_dir",
@@ -65,6 +66,20 @@ class Processes:
         """Block until every process gets here (no-op for one process)."""
         if self._state is not None and self.count > 1:
             self._state.wait_for_everyone()
+
+    def gather(self, value) -> list:
+        """Every process's ``value`` (picklable), in rank order, on every process; also a barrier.
+
+        Without a process group (one process, or processes played one after another in a test)
+        this is ``[value]``: only this process's own value is known.
+        """
+        if self._state is None or self.count == 1:
+            return [value]
+        import torch.distributed as dist
+
+        values = [None] * self.count
+        dist.all_gather_object(values, value)
+        return values
 
 
 def _launched_with_several_processes() -> bool:
@@ -167,6 +182,13 @@ def _repair_tail(path: Path) -> None:
         logger.warning("%s: dropping an incomplete last line left by an interrupted run", path)
         with open(path, "r+b") as handle:
             handle.truncate(cut)
+
+
+def repair_tail(path: str | os.PathLike) -> None:
+    """Make an append-only JSONL file safe to append to again: a last line cut off by a kill is
+    dropped, a complete last line without its newline gets one. Only the file's single writer
+    may call this."""
+    _repair_tail(Path(path))
 
 
 def _finished(output: Path, settings: dict | None, tag: str | None, use_output: bool) -> dict[str, dict]:
