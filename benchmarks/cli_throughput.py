@@ -17,6 +17,9 @@ Real dialogues from ``--data-dir`` (the official files, read by ``pmi_decode.dat
    sample's first batch at the same forced output length, interleaved (``--methods``): plain
    (prompt per beam, and once per dialogue), the paired path with its old joint prefill and with
    each half prefilled at its own width, and the separate-cache path.
+   ``--parts prefill`` times the paired path's prompt prefill alone, joint against own-length.
+   ``--batch-pick median`` times the middle batch of the sample sorted by length (as
+   ``generate`` batches it) instead of the first batch as drawn.
 4. ``--profile``: where one PMI-Decode batch and one plain batch spend their time (cProfile by
    function; ``--profile-ops`` adds torch.profiler's operators), written beside the JSON.
 5. ``--processes 1 2``: the same command as 1 and 2 processes (``accelerate launch``, each
@@ -113,6 +116,52 @@ def end_to_end(args, inp: Path, work: Path) -> dict:
             "responses_differ": sum(a != b for a, b in zip(outputs["plain"], outputs["pmi"]))}
 
 
+def timed_batch(args, tokenizer, records: list[dict]) -> list[dict]:
+    """The batch the model-level parts time. ``first``: the sample's first ``--batch-size``
+    dialogues as drawn (rows of very different lengths). ``median``: the sample sorted by
+    prompt length and cut into batches as ``generate`` does, and the middle batch taken (rows of
+    similar length, as in a real run)."""
+    if args.batch_pick == "first":
+        return records[: args.batch_size]
+    lengths = [len(encode_dialogue(tokenizer, r["document"], r["history"], is_encoder_decoder=False).conditional)
+               for r in records]
+    order = sorted(range(len(records)), key=lambda i: -lengths[i])
+    batches = [order[i : i + args.batch_size] for i in range(0, len(order), args.batch_size)]
+    return [records[i] for i in batches[len(batches) // 2]]
+
+
+def prefill_only(args, model, tokenizer, records: list[dict]) -> dict:
+    """The paired path's prompt prefill alone, the stacked batch as one (joint) against each half
+    at its own width, interleaved; the two caches must agree at the real positions."""
+    from pmi_decode.generation import paired_prompt_cache, prompt_cache
+    from pmi_decode.processor import stack_inputs
+
+    batch = timed_batch(args, tokenizer, records)
+    inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
+    joint = stack_inputs(model, inputs, tokenizer.pad_token_id)
+    methods = {"joint": lambda: prompt_cache(model, joint, args.num_beams),
+               "own-length": lambda: paired_prompt_cache(model, joint, args.num_beams)}
+    times, loads, caches = {k: [] for k in methods}, {k: [] for k in methods}, {}
+    with torch.no_grad():
+        for rep in range(args.repeats):
+            for name in (list(methods) if rep % 2 == 0 else list(methods)[::-1]):
+                before = os.getloadavg()[0]
+                start = time.perf_counter()
+                caches[name] = methods[name]()
+                times[name].append(time.perf_counter() - start)
+                loads[name].append([before, os.getloadavg()[0]])
+                print(f"  prefill {name} rep {rep}: {times[name][-1]:.1f} s (load {before:.1f})", flush=True)
+    real = joint["attention_mask"][:, :-1].bool().repeat_interleave(args.num_beams, dim=0)
+    diff = max(float((a.keys - b.keys).transpose(1, 2)[real].abs().max())
+               for a, b in zip(caches["joint"].layers, caches["own-length"].layers))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    mask = joint["attention_mask"]
+    return {"batch": len(batch), "stacked_width": int(mask.shape[1]),
+            "real_tokens_per_row": mask.sum(-1).tolist(), "wall_s": med, "all_wall_s": times,
+            "load_avg_1min_before_after": loads, "ratio_own_to_joint": med["own-length"] / med["joint"],
+            "max_abs_key_difference_at_real_positions": diff}
+
+
 def _joint_prefill(fn):
     """Run ``fn`` with the paired path's old prompt prefill: the stacked batch as one, the
     document-free rows padded to the conditional width (what ``paired_prompt_cache`` replaced)."""
@@ -137,7 +186,7 @@ def model_level(args, model, tokenizer, records: list[dict]) -> dict:
     from pmi_decode import pmi_generate
     from pmi_decode.generation import prompt_cache
 
-    batch = records[: args.batch_size]
+    batch = timed_batch(args, tokenizer, records)
     inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
     cond = inputs["conditional"]
     kw = dict(max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
@@ -166,7 +215,7 @@ def model_level(args, model, tokenizer, records: list[dict]) -> dict:
     pmi_outputs = [out for name, out in outputs.items() if name.startswith("pmi")]
     base = "plain-prompt-once" if "plain-prompt-once" in med else next(iter(med))
     uncond_mask = inputs["unconditional"]["attention_mask"]
-    return {"batch": len(batch), "prompt_tokens_padded": int(cond["input_ids"].shape[1]),
+    return {"batch": len(batch), "batch_pick": args.batch_pick, "prompt_tokens_padded": int(cond["input_ids"].shape[1]),
             "prompt_tokens_per_row": cond["attention_mask"].sum(-1).tolist(),
             "document_free_tokens_padded": int(uncond_mask.shape[1]),
             "document_free_tokens_per_row": uncond_mask.sum(-1).tolist(),
@@ -284,7 +333,10 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (per process with --processes)")
     parser.add_argument("--parts", nargs="*", default=["lengths", "end_to_end", "model_level"],
-                        choices=["lengths", "end_to_end", "model_level"])
+                        choices=["lengths", "end_to_end", "model_level", "prefill"])
+    parser.add_argument("--batch-pick", default="first", choices=["first", "median"],
+                        help="model_level/prefill: the sample's first batch as drawn, or the middle batch of the "
+                             "sample sorted by prompt length as generate batches it")
     parser.add_argument("--methods", nargs="+", default=MODEL_LEVEL_METHODS, choices=MODEL_LEVEL_METHODS,
                         help="model_level: which methods to time (the first PMI-Decode ones must agree)")
     parser.add_argument("--profile", action="store_true", help="also profile one PMI-Decode batch")
@@ -322,6 +374,8 @@ def main(argv=None):
                 print(json.dumps(result["length_profile_split"], indent=1), flush=True)
             if "end_to_end" in args.parts:
                 result["end_to_end"] = end_to_end(args, inp, work)
+            if "prefill" in args.parts:
+                result["prefill"] = prefill_only(args, model, tokenizer, sample)
             if "model_level" in args.parts:
                 result["model_level"] = model_level(args, model, tokenizer, sample)
             if args.profile:
