@@ -137,8 +137,9 @@ def paired_prompt_cache(model, joint: dict, expand: int):
     every row, less what the batch's own padding already holds). Here each half runs only its
     own columns (the last ``W``, ``W`` its longest real length); the shorter cache is then
     left-padded with zeros (positions the attention mask marks as padding, so never attended)
-    to the common width and the halves are joined along the batch: ``generate`` continues exactly as from the joint prefill. Worth
-    it with ``expand = 1`` (greedy search) too, where :func:`prompt_cache` has nothing to share.
+    to the common width and the halves are joined along the batch: ``generate`` continues
+    exactly as from the joint prefill. Worth it with ``expand = 1`` (greedy search) too, where
+    :func:`prompt_cache` has nothing to share.
 
     Falls back to the joint prefill (:func:`prompt_cache` of the whole batch) where the model's
     cache is not a plain per-layer key/value cache (sliding-window, chunked or hybrid layers,
