@@ -14,7 +14,12 @@ Real dialogues from ``--data-dir`` (the official files, read by ``pmi_decode.dat
    run interleaved, ``--repeats`` times each, order alternating; the median is reported. The
    machine may be busy, so the ratio is the figure to read.
 3. **Model level** (the same batches, no command): ``generate`` and ``pmi_generate`` on the
-   sample's first batch at the same forced output length, interleaved.
+   sample's first batch at the same forced output length, interleaved (``--methods``): plain
+   (prompt per beam, and once per dialogue), the paired path with its old joint prefill and with
+   each half prefilled at its own width, and the separate-cache path.
+   ``--parts prefill`` times the paired path's prompt prefill alone, joint against own-length.
+   ``--batch-pick median`` times the middle batch of the sample sorted by length (as
+   ``generate`` batches it) instead of the first batch as drawn.
 4. ``--profile``: where one PMI-Decode batch and one plain batch spend their time (cProfile by
    function; ``--profile-ops`` adds torch.profiler's operators), written beside the JSON.
 5. ``--processes 1 2``: the same command as 1 and 2 processes (``accelerate launch``, each
@@ -111,33 +116,113 @@ def end_to_end(args, inp: Path, work: Path) -> dict:
             "responses_differ": sum(a != b for a, b in zip(outputs["plain"], outputs["pmi"]))}
 
 
+def timed_batch(args, tokenizer, records: list[dict]) -> list[dict]:
+    """The batch the model-level parts time. ``first``: the sample's first ``--batch-size``
+    dialogues as drawn (rows of very different lengths). ``median``: the sample sorted by
+    prompt length and cut into batches as ``generate`` does, and the middle batch taken (rows of
+    similar length, as in a real run)."""
+    if args.batch_pick == "first":
+        return records[: args.batch_size]
+    lengths = [len(encode_dialogue(tokenizer, r["document"], r["history"], is_encoder_decoder=False).conditional)
+               for r in records]
+    order = sorted(range(len(records)), key=lambda i: -lengths[i])
+    batches = [order[i : i + args.batch_size] for i in range(0, len(order), args.batch_size)]
+    return [records[i] for i in batches[len(batches) // 2]]
+
+
+def prefill_only(args, model, tokenizer, records: list[dict]) -> dict:
+    """The paired path's prompt prefill alone, the stacked batch as one (joint) against each half
+    at its own width, interleaved; the two caches must agree at the real positions."""
+    from pmi_decode.generation import paired_prompt_cache, prompt_cache
+    from pmi_decode.processor import stack_inputs
+
+    batch = timed_batch(args, tokenizer, records)
+    inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
+    joint = stack_inputs(model, inputs, tokenizer.pad_token_id)
+    methods = {"joint": lambda: prompt_cache(model, joint, args.num_beams),
+               "own-length": lambda: paired_prompt_cache(model, joint, args.num_beams)}
+    times, loads, caches = {k: [] for k in methods}, {k: [] for k in methods}, {}
+    with torch.no_grad():
+        for rep in range(args.repeats):
+            for name in (list(methods) if rep % 2 == 0 else list(methods)[::-1]):
+                before = os.getloadavg()[0]
+                start = time.perf_counter()
+                caches[name] = methods[name]()
+                times[name].append(time.perf_counter() - start)
+                loads[name].append([before, os.getloadavg()[0]])
+                print(f"  prefill {name} rep {rep}: {times[name][-1]:.1f} s (load {before:.1f})", flush=True)
+    real = joint["attention_mask"][:, :-1].bool().repeat_interleave(args.num_beams, dim=0)
+    diff = max(float((a.keys - b.keys).transpose(1, 2)[real].abs().max())
+               for a, b in zip(caches["joint"].layers, caches["own-length"].layers))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    mask = joint["attention_mask"]
+    return {"batch": len(batch), "stacked_width": int(mask.shape[1]),
+            "real_tokens_per_row": mask.sum(-1).tolist(), "wall_s": med, "all_wall_s": times,
+            "load_avg_1min_before_after": loads, "ratio_own_to_joint": med["own-length"] / med["joint"],
+            "max_abs_key_difference_at_real_positions": diff}
+
+
+def _joint_prefill(fn):
+    """Run ``fn`` with the paired path's old prompt prefill: the stacked batch as one, the
+    document-free rows padded to the conditional width (what ``paired_prompt_cache`` replaced)."""
+    from unittest import mock
+
+    from pmi_decode import generation
+
+    def run():
+        with mock.patch.object(generation, "paired_prompt_cache", generation.prompt_cache):
+            return fn()
+
+    return run
+
+
+MODEL_LEVEL_METHODS = ["plain", "plain-prompt-once", "pmi-paired-joint-prefill", "pmi-paired", "pmi-separate"]
+
+
 def model_level(args, model, tokenizer, records: list[dict]) -> dict:
+    """``generate`` and ``pmi_generate`` on the sample's first batch at one forced output length,
+    interleaved (order reversed every other repeat), load average recorded around every run; the
+    PMI-Decode methods must decode the same tokens."""
     from pmi_decode import pmi_generate
     from pmi_decode.generation import prompt_cache
 
-    batch = records[: args.batch_size]
+    batch = timed_batch(args, tokenizer, records)
     inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
     cond = inputs["conditional"]
     kw = dict(max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
               pad_token_id=tokenizer.pad_token_id)
-    methods = {
+    pmi = lambda **extra: lambda: pmi_generate(model, inputs, alpha=args.alpha, p=args.p, **extra, **kw)  # noqa: E731
+    every = {
         "plain": lambda: model.generate(**cond, **kw),
         "plain-prompt-once": lambda: model.generate(**cond, past_key_values=prompt_cache(model, cond, args.num_beams),
                                                     **kw),
-        "pmi-prompt-once": lambda: pmi_generate(model, inputs, alpha=args.alpha, p=args.p, **kw),
+        "pmi-paired-joint-prefill": _joint_prefill(pmi(paired=True)),
+        "pmi-paired": pmi(paired=True),
+        "pmi-separate": pmi(paired=False),
     }
-    times = {k: [] for k in methods}
+    methods = {name: every[name] for name in args.methods}
+    times, loads, outputs = {k: [] for k in methods}, {k: [] for k in methods}, {}
     with torch.no_grad():
         for rep in range(args.repeats):
             for name in (list(methods) if rep % 2 == 0 else list(methods)[::-1]):
+                before = os.getloadavg()[0]
                 start = time.perf_counter()
-                methods[name]()
+                outputs[name] = methods[name]()
                 times[name].append(time.perf_counter() - start)
-                print(f"  model level {name} rep {rep}: {times[name][-1]:.1f} s", flush=True)
+                loads[name].append([before, os.getloadavg()[0]])
+                print(f"  model level {name} rep {rep}: {times[name][-1]:.1f} s (load {before:.1f})", flush=True)
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"batch": len(batch), "prompt_tokens_padded": int(cond["input_ids"].shape[1]), "wall_s": med,
-            "all_wall_s": times,
-            "ratio_to_plain_prompt_once": {k: v / med["plain-prompt-once"] for k, v in med.items()}}
+    pmi_outputs = [out for name, out in outputs.items() if name.startswith("pmi")]
+    base = "plain-prompt-once" if "plain-prompt-once" in med else next(iter(med))
+    uncond_mask = inputs["unconditional"]["attention_mask"]
+    return {"batch": len(batch), "batch_pick": args.batch_pick, "prompt_tokens_padded": int(cond["input_ids"].shape[1]),
+            "prompt_tokens_per_row": cond["attention_mask"].sum(-1).tolist(),
+            "document_free_tokens_padded": int(uncond_mask.shape[1]),
+            "document_free_tokens_per_row": uncond_mask.sum(-1).tolist(),
+            "wall_s": med, "all_wall_s": times, "load_avg_1min_before_after": loads,
+            "pmi_methods_same_tokens": all(torch.equal(out, pmi_outputs[0]) for out in pmi_outputs),
+            f"ratio_to_{base.replace('-', '_')}": {k: v / med[base] for k, v in med.items()},
+            "ratios_per_repeat": {k: [t / b for t, b in zip(v, times[base])] for k, v in times.items()}}
 
 
 def profile_batch(args, model, tokenizer, records: list[dict], out_dir: Path) -> dict:
@@ -248,7 +333,12 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (per process with --processes)")
     parser.add_argument("--parts", nargs="*", default=["lengths", "end_to_end", "model_level"],
-                        choices=["lengths", "end_to_end", "model_level"])
+                        choices=["lengths", "end_to_end", "model_level", "prefill"])
+    parser.add_argument("--batch-pick", default="first", choices=["first", "median"],
+                        help="model_level/prefill: the sample's first batch as drawn, or the middle batch of the "
+                             "sample sorted by prompt length as generate batches it")
+    parser.add_argument("--methods", nargs="+", default=MODEL_LEVEL_METHODS, choices=MODEL_LEVEL_METHODS,
+                        help="model_level: which methods to time (the first PMI-Decode ones must agree)")
     parser.add_argument("--profile", action="store_true", help="also profile one PMI-Decode batch")
     parser.add_argument("--profile-ops", action="store_true", help="with --profile: torch.profiler operators too")
     parser.add_argument("--processes", nargs="+", type=int, default=None, help="scale-out instead, e.g. 1 2")
@@ -284,6 +374,8 @@ def main(argv=None):
                 print(json.dumps(result["length_profile_split"], indent=1), flush=True)
             if "end_to_end" in args.parts:
                 result["end_to_end"] = end_to_end(args, inp, work)
+            if "prefill" in args.parts:
+                result["prefill"] = prefill_only(args, model, tokenizer, sample)
             if "model_level" in args.parts:
                 result["model_level"] = model_level(args, model, tokenizer, sample)
             if args.profile:

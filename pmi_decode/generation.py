@@ -20,7 +20,8 @@ import copy
 import logging
 
 import torch
-from transformers import GenerationConfig, LogitsProcessorList
+from transformers import DynamicCache, GenerationConfig, LogitsProcessorList
+from transformers.cache_utils import DynamicLayer
 from transformers.generation.logits_process import (
     ForcedBOSTokenLogitsProcessor,
     ForcedEOSTokenLogitsProcessor,
@@ -34,7 +35,7 @@ from .processor import PMIDecode, prefill
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["pmi_generate", "paired_path_blocker", "prompt_cache"]
+__all__ = ["pmi_generate", "paired_path_blocker", "prompt_cache", "paired_prompt_cache"]
 
 # Generation options that make generate build a logits processor of its own. The first group is
 # moved onto the conditional half in the paired path; any other one set to a non-default value
@@ -99,6 +100,80 @@ def prompt_cache(model, inputs: dict, expand: int):
     with torch.no_grad():
         cache, _ = prefill(model, ids[:, :-1], mask[:, :-1], expand)
     return cache if hasattr(cache, "batch_repeat_interleave") else None
+
+
+def _plain_cache(cache) -> bool:
+    """Whether ``cache`` is a DynamicCache of plain full-attention layers (one key and one value
+    tensor per layer, [batch, heads, positions, dim]), the only kind whose halves can be padded
+    and joined along the batch by hand."""
+    layers = getattr(cache, "layers", None)
+    return (type(cache) is DynamicCache and bool(layers)
+            and all(type(layer) is DynamicLayer and layer.keys is not None for layer in layers))
+
+
+def _config_has_plain_layers(model) -> bool:
+    """Whether the model's own cache will be plain (see :func:`_plain_cache`), read from its
+    config before any forward: sliding-window, chunked, hybrid (linear attention) and shared
+    layers are not."""
+    try:
+        layers = DynamicCache(config=model.config).layers
+    except Exception:  # a config the cache cannot read: not known to be plain
+        return False
+    return all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _own_width(mask: torch.Tensor) -> int:
+    """Columns left once the leading columns that are padding in every row are dropped."""
+    used = mask.bool().any(0).nonzero()
+    return mask.shape[1] - int(used[0, 0]) if used.numel() else 0
+
+
+def paired_prompt_cache(model, joint: dict, expand: int):
+    """:func:`prompt_cache` for a stacked paired batch (conditional rows, then as many
+    document-free rows, left-padded to one width), with each half prefilled at its own width.
+
+    Stacked, the document-free rows are padded to the conditional prompt's width, and a joint
+    prefill runs that padding through the model as if it were text (the document's length in
+    every row, less what the batch's own padding already holds). Here each half runs only its
+    own columns (the last ``W``, ``W`` its longest real length); the shorter cache is then
+    left-padded with zeros (positions the attention mask marks as padding, so never attended)
+    to the common width and the halves are joined along the batch: ``generate`` continues
+    exactly as from the joint prefill. Worth it with ``expand = 1`` (greedy search) too, where
+    :func:`prompt_cache` has nothing to share.
+
+    Falls back to the joint prefill (:func:`prompt_cache` of the whole batch) where the model's
+    cache is not a plain per-layer key/value cache (sliding-window, chunked or hybrid layers,
+    shared layers): such layers cannot be padded and joined by hand. Quantised and static caches
+    never get here (``generate`` builds them itself; :func:`pmi_generate` passes no prompt cache
+    with ``cache_implementation``)."""
+    ids, mask = joint["input_ids"], joint["attention_mask"]
+    if expand < 1 or model.config.is_encoder_decoder or ids.shape[1] < 2 or ids.shape[0] % 2:
+        return None
+    if bool((mask[:, :-1].sum(-1) == 0).any()):
+        return None  # as prompt_cache: a one-token prompt has nothing to share
+    ids, mask = ids[:, :-1], mask[:, :-1]
+    width, half = ids.shape[1], ids.shape[0] // 2
+    halves = (slice(0, half), slice(half, None))
+    own = [_own_width(mask[rows]) for rows in halves]
+    if min(own) == width or not _config_has_plain_layers(model):
+        return prompt_cache(model, joint, expand)  # nothing to save, or a cache that cannot be joined
+    caches = []
+    with torch.no_grad():
+        for rows, cols in zip(halves, own):
+            cache, _ = prefill(model, ids[rows, width - cols:], mask[rows, width - cols:])
+            caches.append((cache, width - cols))
+    if not all(_plain_cache(cache) for cache, _ in caches) or len({len(c.layers) for c, _ in caches}) != 1:
+        return prompt_cache(model, joint, expand)  # the model built another cache than its config says
+    joined = caches[0][0]
+    for index, layer in enumerate(joined.layers):
+        keys, values = [], []
+        for cache, missing in caches:
+            part = cache.layers[index]
+            keys.append(torch.nn.functional.pad(part.keys, (0, 0, missing, 0)))
+            values.append(torch.nn.functional.pad(part.values, (0, 0, missing, 0)))
+        layer.keys, layer.values = torch.cat(keys, dim=0), torch.cat(values, dim=0)
+    joined.batch_repeat_interleave(expand)
+    return joined
 
 
 def _expansion(config: GenerationConfig) -> int:
@@ -177,8 +252,10 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
             ``False`` always uses the separate path.
         share_prompt: for decoder-only models with beams or several returned sequences, run
             each prompt through the model once and give ``generate`` the cache (see
-            :func:`prompt_cache`) instead of letting it run the prompt once per beam. Same
-            tokens, fewer prompt forwards.
+            :func:`prompt_cache`) instead of letting it run the prompt once per beam; on the
+            paired path, also run each half of the stacked batch at its own width (see
+            :func:`paired_prompt_cache`), greedy search included. Same tokens, fewer prompt
+            forwards.
         **generate_kwargs: anything ``generate`` takes (num_beams, do_sample, max_new_tokens, ...).
 
     Sampling and beam sampling always run on the separate path: the paired path cannot make the
@@ -218,7 +295,7 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
         setattr(config, name, getattr(GenerationConfig(), name))
     if share_prompt and config.cache_implementation is None:
         # generate refuses a cache object together with cache_implementation (e.g. "static")
-        cache = prompt_cache(model, joint, _expansion(config))
+        cache = paired_prompt_cache(model, joint, _expansion(config))
         if cache is not None:
             model_kwargs["past_key_values"] = cache
     output = model.generate(**joint, generation_config=config, logits_processor=[proc], **model_kwargs)
