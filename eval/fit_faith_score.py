@@ -47,7 +47,7 @@ from faith_tokens import load_rows, read_cache, row_key  # noqa: E402
 
 from pmi_decode.metrics import meta_eval  # noqa: E402
 from pmi_decode.metrics.fact_support import FACT_FEATURES, fact_features  # noqa: E402
-from pmi_decode.metrics.faith_score import features  # noqa: E402
+from pmi_decode.metrics.faith_score import features, lexical_features  # noqa: E402
 from pmi_decode.metrics.overlap import rouge_l  # noqa: E402
 from pmi_decode.metrics.semantic_support import SEMANTIC_FEATURES, semantic_features  # noqa: E402
 from pmi_decode.metrics.token_aggregation import load_nlp, load_nlp_ner  # noqa: E402
@@ -169,10 +169,11 @@ def build_rows(dataset: str, data_dir: Path, cache_path: Path, nlp, nlp_ner=None
 
 def rows_from_file(dataset: str, data_dir: Path, path: Path, nlp, nlp_ner=None) -> list[dict]:
     """Feature rows of one dev set from a committed per-row file (``rows_<dataset>_<scorer>.jsonl``)
-    instead of a token cache. Every stored value is kept (PMI values cannot be recomputed without
-    the scorer); the texts are joined back by ``key`` from the data set, and the text-only
-    :data:`FACT_FEATURES` are computed from them. A key that appears several times in the data
-    set (the same document, turn and response) is matched in order, as :func:`build_rows` wrote it."""
+    instead of a token cache. The PMI values are read as stored (6 significant digits; they cannot
+    be recomputed without the scorer); the texts are joined back by ``key`` from the data set, and
+    every text-only feature (overlap, lexical support, :data:`FACT_FEATURES`, ROUGE-L) is computed
+    from them at full precision, as :func:`build_rows` does. A key that appears several times in
+    the data set (the same document, turn and response) is matched in order, as it was written."""
     queues: dict[str, list] = {}
     for example in load_rows(dataset, data_dir):
         queues.setdefault(row_key(example), []).append(example)
@@ -187,9 +188,14 @@ def rows_from_file(dataset: str, data_dir: Path, path: Path, nlp, nlp_ner=None) 
         if int(example.faithful) != row["label"] or example.model_name != row["system"]:
             raise SystemExit(f"{path}:{number}: key {row['key']} has label/system {row['label']}/{row['system']} "
                              f"but the data says {int(example.faithful)}/{example.model_name}")
+        row.update(lexical_features(example.knowledge, example.history, example.response, nlp))
         row.update(fact_features(example.knowledge, example.history, example.response, nlp=nlp, nlp_ner=nlp_ner))
         row["_document"], row["_history"], row["_response"] = example.knowledge, list(example.history), example.response
         rows.append(row)
+    if rows:
+        scores = rouge_l([r["_response"] for r in rows], [r["_document"] for r in rows])
+        for row, value in zip(rows, scores):
+            row["rouge_l"] = value
     return rows
 
 

@@ -148,3 +148,33 @@ def test_coefficients_need_both_dev_sets(dev_sets, tmp_path):
     with pytest.raises(SystemExit, match="--write-coefficients needs both dev sets"):
         fit_faith_score.main(common + ["--from-rows", str(tmp_path), "--cache-dir", str(tmp_path / "none"),
                                        "--output-dir", str(tmp_path / "out"), "--write-coefficients"])
+
+
+def test_fact_swap_changes_exactly_one_supported_fact():
+    """eval/fact_swap_check.py's perturbation: one year, count or name replaced by one the
+    sources do not hold, written the same way; the rest of the response is untouched."""
+    import fact_swap_check
+
+    from pmi_decode.metrics.fact_support import fact_features, fact_units, source_forms
+    from pmi_decode.metrics.token_aggregation import load_nlp, load_nlp_ner
+
+    nlp, ner = load_nlp(), load_nlp_ner()
+    document = "Miles Davis recorded Kind of Blue in 1959 for Columbia Records. It sold 1,000 copies."
+    forms = source_forms(document, [], nlp)
+    rng = np.random.default_rng(0)
+    seen = set()
+    for response in ("Yes, Miles Davis recorded it in 1959 for Columbia.", "It sold 1,000 copies."):
+        for _ in range(12):
+            swap = fact_swap_check.swap_one_fact(response, forms, fact_units(response, ner),
+                                                 {"PERSON": ["John Coltrane", "Miles Davis"], "ORG": ["Motown"]}, rng)
+            changed = swap["changed"]
+            seen.add(swap["unit"])
+            out = fact_features(document, [], changed, nlp=nlp, nlp_ner=ner)
+            assert out["unsupported_numbers"] + out["unsupported_entities"] == 1.0, changed
+            assert changed.replace(swap["replacement"], swap["unit"], 1) == response
+            if swap["unit"] == "1959":
+                assert 1950 <= int(swap["replacement"]) <= 1968
+            if swap["unit"] == "1,000":
+                assert "," in swap["replacement"] or int(swap["replacement"]) < 1000
+    assert seen == {"Miles Davis", "1959", "Columbia", "1,000"}
+    assert fact_swap_check.swap_one_fact("I love it.", forms, fact_units("I love it.", ner), {}, rng) is None

@@ -122,9 +122,10 @@ def _is_bare_one(span) -> bool:
 
 
 def fact_units(response: str, nlp) -> list[dict]:
-    """The response's fact units: ``{"text", "numeric", "keys"}`` (``keys``: one tuple of
-    acceptable forms per key word). Entities come from NER; proper nouns and numbers outside
-    every entity are units of their own."""
+    """The response's fact units: ``{"text", "start", "end", "label", "numeric", "keys"}``
+    (character span; the NER label, or ``PROPN``/``NUM`` for a word outside every entity;
+    ``keys``: one tuple of acceptable forms per key word). Entities come from NER; proper nouns
+    and numbers outside every entity are units of their own."""
     doc = nlp(response)
     units, covered = [], set()
     for ent in doc.ents:
@@ -133,7 +134,8 @@ def fact_units(response: str, nlp) -> list[dict]:
         keys = [k for k in (_key_forms(t, True) for t in ent) if k is not None]
         covered.update(range(ent.start, ent.end))
         if keys and not _is_bare_one(ent):
-            units.append({"text": ent.text, "numeric": any(k[0].startswith("#") for k in keys), "keys": keys})
+            units.append({"text": ent.text, "start": ent.start_char, "end": ent.end_char, "label": ent.label_,
+                          "numeric": any(k[0].startswith("#") for k in keys), "keys": keys})
     for token in doc:
         if token.i in covered:
             continue
@@ -141,7 +143,9 @@ def fact_units(response: str, nlp) -> list[dict]:
         if (token.pos_ == "PROPN" or is_number) and not _is_bare_one(token):
             keys = _key_forms(token, False)
             if keys is not None:
-                units.append({"text": token.text, "numeric": keys[0].startswith("#"), "keys": [keys]})
+                units.append({"text": token.text, "start": token.idx, "end": token.idx + len(token.text),
+                              "label": "PROPN" if token.pos_ == "PROPN" else "NUM",
+                              "numeric": keys[0].startswith("#"), "keys": [keys]})
     return units
 
 
@@ -168,6 +172,16 @@ def weakest_sentence_support(document: str, response: str, nlp) -> float:
     return min(shares) if shares else 1.0
 
 
+def source_forms(document: str, history: Sequence[str], nlp) -> frozenset:
+    """Every normalised form the document and the history offer (see :func:`is_supported`)."""
+    return _source_forms(document, nlp).union(*(_source_forms(turn, nlp) for turn in history))
+
+
+def is_supported(unit: dict, forms) -> bool:
+    """A unit is supported when each of its key words has a form among the sources' ``forms``."""
+    return all(any(f in forms for f in key) for key in unit["keys"])
+
+
 def fact_features(document: str, history: Sequence[str], response: str, *, nlp=None, nlp_ner=None) -> dict:
     """The :data:`FACT_FEATURES` of one response (see the module docstring). ``nlp`` is the
     tagging pipeline of :func:`~.token_aggregation.load_nlp`, ``nlp_ner`` the one with NER
@@ -176,9 +190,9 @@ def fact_features(document: str, history: Sequence[str], response: str, *, nlp=N
 
     nlp = nlp if nlp is not None else load_nlp()
     nlp_ner = nlp_ner if nlp_ner is not None else load_nlp_ner()
-    source = _source_forms(document, nlp).union(*(_source_forms(turn, nlp) for turn in history))
+    source = source_forms(document, history, nlp)
     units = fact_units(response, nlp_ner)
-    unsupported = [u for u in units if not all(any(f in source for f in key) for key in u["keys"])]
+    unsupported = [u for u in units if not is_supported(u, source)]
     return {
         "unsupported_numbers": float(sum(u["numeric"] for u in unsupported)),
         "unsupported_entities": float(sum(not u["numeric"] for u in unsupported)),
