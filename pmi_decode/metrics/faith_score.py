@@ -1,8 +1,11 @@
 """FaithScore: a calibrated, transparent faithfulness score over PMI-Faith and overlap features.
 
-A standardised logistic regression with a handful of features, each readable on its own:
-PMI-Faith's token means and word-level aggregations (:mod:`.token_aggregation`), how many of the
-response's content words the document contains, unigram F1 and the response length. Its
+A standardised logistic regression with a handful of features, each readable on its own, chosen
+from: PMI-Faith's token means and word-level aggregations (:mod:`.token_aggregation`), how many
+of the response's content words the document contains, unigram F1, the response length, the
+fact units the document and history do not support (:mod:`.fact_support`: one wrong year or name
+counts as one) and the sentence-encoder similarity to the closest document sentence
+(:mod:`.semantic_support`, loaded only when a coefficient file uses it). Its
 coefficients, with the feature means and standard deviations, are JSON files inside the package
 (``pmi_decode/metrics/faith_score_coefficients/<scorer>.json``), fitted by ``eval/fit_faith_score.py`` on
 the development sets named in the file (BEGIN dev and the FaithDial data audit); the fit is
