@@ -49,6 +49,7 @@ logger = logging.getLogger("fact_swap_check")
 
 ENTITY_LABELS = ("PERSON", "ORG", "GPE", "LOC", "NORP", "FAC", "PRODUCT", "EVENT", "WORK_OF_ART", "LANGUAGE", "PROPN")
 STEPS = (1, 2, 3, 5, 10)
+CHUNK_PAIRS = 8
 
 
 def changed_number(text: str, forms, rng) -> str | None:
@@ -134,7 +135,11 @@ def score_pairs(pairs: list[dict], scorer_model: str, nlp, nlp_ner, batch_size: 
     documents = [p["_example"].knowledge for p in pairs for _ in (0, 1)]
     histories = [p["_example"].history for p in pairs for _ in (0, 1)]
     responses = [r for p in pairs for r in (p["original"], p["changed"])]
-    results = scorer.score(documents, histories, responses, return_tokens=True, progress=True)
+    results = []
+    for start in range(0, len(responses), 2 * CHUNK_PAIRS):  # small calls, as eval/faith_tokens.py makes
+        end = start + 2 * CHUNK_PAIRS
+        results += scorer.score(documents[start:end], histories[start:end], responses[start:end], return_tokens=True)
+        logger.info("scored %d/%d responses", min(end, len(responses)), len(responses))
     semantic = semantic_features(documents, responses)
     rouge = rouge_l(responses, documents)
     rows = []

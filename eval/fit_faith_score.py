@@ -1,11 +1,15 @@
 """Meta-evaluate every faithfulness feature on both dev sets, and fit the FaithScore.
 
     python eval/fit_faith_score.py --scorer-model embedded [--write-coefficients]
+    python eval/fit_faith_score.py --scorer-model embedded --from-rows docs/results/faith [...]
 
 Reads the token caches written by ``eval/faith_tokens.py`` for BEGIN dev and the FaithDial data
-audit (``.cache/faith/{begin,audit}-<scorer>.jsonl``), computes every feature of
-:mod:`pmi_decode.metrics.faith_score` (PMI-Faith means and aggregations, overlap, length) plus
-ROUGE-L from the cached values, and reports for each data set, side by side:
+audit (``.cache/faith/{begin,audit}-<scorer>.jsonl``) or, with ``--from-rows DIR``, the per-row
+files this script wrote before (PMI values as stored, texts joined back by key, every text-only
+feature computed again), computes every feature of :mod:`pmi_decode.metrics.faith_score`
+(PMI-Faith means and aggregations, overlap, length, fact units) plus ROUGE-L and the
+sentence-encoder features (cached by key in ``--semantic-cache``), and reports for each data set,
+side by side:
 
 * AUROC and Spearman with the human labels (no calibration);
 * F1 with the threshold chosen on the *other* data set (min-max range and best-F1 threshold of
