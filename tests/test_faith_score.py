@@ -101,6 +101,8 @@ def test_embedded_faith_score_drops_for_one_wrong_fact():
     for bad in (wrong_year, wrong_label):
         assert bad["faith_score"] < good["faith_score"]
         assert bad["cpmi_low3"] < good["cpmi_low3"] and bad["unsupported_content"] > good["unsupported_content"]
+        assert bad["fact_support_share"] < good["fact_support_share"] == 1.0
+    assert wrong_year["unsupported_numbers"] == 1.0 and wrong_label["unsupported_entities"] == 1.0
     assert 0.0 < wrong_year["faith_score"] < 1.0
 
 
