@@ -178,3 +178,14 @@ def test_fact_swap_changes_exactly_one_supported_fact():
                 assert "," in swap["replacement"] or int(swap["replacement"]) < 1000
     assert seen == {"Miles Davis", "1959", "Columbia", "1,000"}
     assert fact_swap_check.swap_one_fact("I love it.", forms, fact_units("I love it.", ner), {}, rng) is None
+
+
+def test_one_dev_set_alone_gives_the_one_set_report(dev_sets, tmp_path):
+    """A scorer with only one dev set scored (a partial cache): that set's report, no transfer."""
+    root, common, _ = dev_sets
+    (tmp_path / "rows_begin_tiny.jsonl").write_text((root / "a" / "rows_begin_tiny.jsonl").read_text())
+    report = fit_faith_score.main(common + ["--from-rows", str(tmp_path), "--cache-dir", str(tmp_path / "none"),
+                                            "--output-dir", str(tmp_path / "out")])
+    assert report["dataset"] == "begin" and report["num_rows"] == 72
+    assert "Fact support share" in report["metrics"] and "FaithScore" in report["metrics"]
+    assert (tmp_path / "out" / "faith_results_tiny_begin_only.md").is_file()
