@@ -181,6 +181,8 @@ def main(argv=None) -> dict:
     scorer = args.scorer_model.replace("/", "_")
     dev_rows = {d: [json.loads(line) for line in (Path(args.rows_dir) / f"rows_{d}_{scorer}.jsonl").open()]
                 for d in fit_script.DATASETS}
+    for row in dev_rows["begin"] + dev_rows["audit"]:  # the files leave the negated columns out
+        row.update({column: -row[source] for column, source in fit_script.NEGATED.items() if source in row})
     dirs = {"begin": Path(args.begin_dir), "audit": Path(args.audit_dir)}
     pairs = [p for d in fit_script.DATASETS
              for p in build_pairs(d, dirs[d], {r["key"] for r in dev_rows[d]}, args.limit, args.seed, nlp, nlp_ner)]

@@ -125,10 +125,13 @@ def _compact(value):
 
 
 def write_rows(path: Path, rows) -> None:
-    """One JSON object per scored response (the per-row files described in docs/faithfulness.md)."""
+    """One JSON object per scored response (the per-row files described in docs/faithfulness.md).
+    Compact separators, and no negated copies of columns (they are derived again on reading), keep
+    the whole data audit's file small enough to commit."""
     with path.open("w", encoding="utf-8") as handle:
         for row in rows:
-            handle.write(json.dumps({k: _compact(v) for k, v in row.items()}) + "\n")
+            kept = {k: _compact(v) for k, v in row.items() if k not in NEGATED}
+            handle.write(json.dumps(kept, separators=(",", ":")) + "\n")
 
 #: Columns derived by this script from a fit (never read back from a per-row file).
 DERIVED = ("faith_score", "faith_score_cross", "fit_label")
