@@ -42,6 +42,8 @@ MEASURES = (  # key, label, higher is better
     ("repeated_3gram_rate", "repeated 3-grams", False),
     ("ungrammatical", "grammar errors", False),
     ("ungrammatical_harper", "grammar errors (harper)", False),
+    ("unfinished", "cut off", False),
+    ("ungrammatical_finished", "grammar errors, finished part", False),
     ("layout_leak", "layout leak", False),
 )
 
@@ -154,6 +156,22 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
+
+
+def finished_part(response: str) -> str:
+    """The response up to its last sentence end ("" when no sentence ends): what is left of a
+    response that ``max_new_tokens`` cut off, so grammar can be judged apart from the cut."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(response.rstrip())]
+    return response[:ends[-1]] if ends else ""
+
+
+def unfinished(response: str) -> float:
+    """1.0 when the response does not end a sentence (typically cut by ``max_new_tokens``)."""
+    text = response.rstrip()
+    return float(not text or finished_part(text) != text)
+
+
 def layout_leaks(responses) -> list[float]:
     """1.0 for a response that contains a prompt-layout marker ("Document:", "User:", ...)."""
     from pmi_decode.guards import layout_markers
@@ -201,12 +219,20 @@ def score(config, inputs: list[dict]) -> None:
         rl, bl = rouge_l(resp, gold), bleu(resp, gold)
         flags = [count > 0 for count in checker.count_errors(resp)]
         harper_flags = [float(c > 0) for c in harper.count_errors(resp)] if harper else [None] * len(resp)
+        # Grammar of the finished sentences alone: a response cut mid-sentence by max_new_tokens is
+        # flagged for the cut, which says "too long", not "ungrammatical".
+        finished = [finished_part(r) for r in resp]
+        has_finished = [i for i, f in enumerate(finished) if f.strip()]
+        finished_flags = [None] * len(resp)
+        for i, count in zip(has_finished, checker.count_errors([finished[i] for i in has_finished])):
+            finished_flags[i] = float(count > 0)
         leaks = layout_leaks(resp)
         per = []
         for i, r in enumerate(rows):
             per.append({"id": str(r["id"]), "response": resp[i], "cpmi_sum": pmi[i].get("cpmi_sum"),
                         "cpmi_mean": pmi[i].get("cpmi_mean"), "rouge_l": rl[i], "bleu": bl[i],
                         "ungrammatical": float(flags[i]), "ungrammatical_harper": harper_flags[i],
+                        "unfinished": unfinished(resp[i]), "ungrammatical_finished": finished_flags[i],
                         "layout_leak": leaks[i], **reader[i]})
         data = {"system": name, "settings": rows[0]["settings"], "scorer_model": config["scorer_model"],
                 "n": len(per), "scores": per}
@@ -323,6 +349,7 @@ def markdown(result: dict) -> str:
     spec = {"cpmi_mean": (".3f", 1), "cpmi_sum": (".2f", 1), "knowledge_f1": (".3f", 1), "rouge_l": (".3f", 1),
             "bleu": (".2f", 1), "answers_question": (".3f", 1), "copy_rate": (".3f", 1), "distinct_2": (".3f", 1),
             "repeated_3gram_rate": (".3f", 1), "ungrammatical": (".0f", 100), "ungrammatical_harper": (".0f", 100),
+            "unfinished": (".0f", 100), "ungrammatical_finished": (".0f", 100),
             "layout_leak": (".0f", 100)}
     keys = [k for k, _, _ in MEASURES]
     labels = {k: label for k, label, _ in MEASURES}

@@ -88,3 +88,12 @@ def test_select_turns_avoids_earlier_turns():
     chosen = cd.select_turns(records, 40, avoid_first=24, avoid_sweep_turns=100)
     assert len(set(chosen)) == 40 and min(chosen) >= 24
     assert not set(chosen) & {int(i * 10) for i in range(100)}
+
+
+def test_finished_part_and_unfinished():
+    assert cd.finished_part("It was great. Then it") == "It was great."
+    assert cd.finished_part('He said "yes." And') == 'He said "yes."'
+    assert cd.finished_part("No end here") == ""
+    assert cd.finished_part("Version 2.5 is out!") == "Version 2.5 is out!"  # "2.5" is no sentence end
+    assert cd.unfinished("All done.") == 0.0 and cd.unfinished("All done. But") == 1.0
+    assert cd.unfinished("Cut in the midd") == 1.0 and cd.unfinished("  ") == 1.0
