@@ -280,21 +280,41 @@ def goal_check(summary: dict, baseline: str, reference: str) -> dict:
     return out
 
 
-def best_by_rule(summary: dict, goals: dict, baseline: str) -> dict | None:
+def shortfall(summary: dict, name: str, baseline: str, reference: str) -> dict:
+    """How far a system is from each goal it misses, in the goal's own unit (0 where it meets it):
+    the faithfulness gains below the reference's, ROUGE-L below baseline - 0.01, grammar errors
+    above baseline + 3 points, repeated 3-grams above the baseline's, the layout-leak rate."""
+    m, base, ref = summary[name]["means"], summary[baseline]["means"], summary[reference]["means"]
+    return {
+        "pmi_faith_gain": max(0.0, ref["cpmi_mean"] - m["cpmi_mean"]),
+        "knowledge_f1_gain": max(0.0, ref["knowledge_f1"] - m["knowledge_f1"]),
+        "rouge_l": max(0.0, base["rouge_l"] - 0.01 - m["rouge_l"]),
+        "grammar": max(0.0, m["ungrammatical"] - base["ungrammatical"] - 0.03),
+        "repetition": max(0.0, (m["repeated_3gram_rate"] or 0.0) - (base["repeated_3gram_rate"] or 0.0)),
+        "no_leak": m["layout_leak"],
+    }
+
+
+def best_by_rule(summary: dict, goals: dict, baseline: str, reference: str) -> dict | None:
     """The system the goal rule prefers: among the non-baseline systems, those meeting every goal
-    first, then those meeting more of them; within a group, the larger PMI-F gain per token (the
-    faithfulness the method is for), then knowledge F1. ``None`` without goals."""
+    first, then those meeting more of them; within a group, the one closest to the goals it misses
+    (smallest summed :func:`shortfall`; the missed goals of one group are usually the same, so the
+    units rarely mix), then the larger PMI-F gain. Also the whole ranking. ``None`` without goals."""
     candidates = [name for name in goals if name != baseline]
     if not candidates:
         return None
+    gaps = {name: shortfall(summary, name, baseline, reference) for name in candidates}
 
     def key(name):
-        m = summary[name]["means"]
-        return (goals[name]["passes"], goals[name]["num_passed"], m["cpmi_mean"] or 0.0, m["knowledge_f1"] or 0.0)
+        return (-int(goals[name]["passes"]), -goals[name]["num_passed"], sum(gaps[name].values()),
+                -(summary[name]["means"]["cpmi_mean"] or 0.0))
 
-    best = max(candidates, key=key)
+    ranking = sorted(candidates, key=key)
+    best = ranking[0]
     return {"system": best, "meets_every_goal": goals[best]["passes"],
-            "missed": [c for c, ok in goals[best]["checks"].items() if not ok]}
+            "missed": [c for c, ok in goals[best]["checks"].items() if not ok],
+            "ranking": [{"system": name, "num_passed": goals[name]["num_passed"],
+                         "shortfall": {k: v for k, v in gaps[name].items() if v}} for name in ranking]}
 
 
 def report(config, inputs: list[dict]) -> dict:
@@ -321,7 +341,7 @@ def report(config, inputs: list[dict]) -> dict:
             "vs_baseline": {key: paired(scored[baseline]["scores"], rows, key) for key, _, _ in MEASURES},
         }
     goals = goal_check(summary, baseline, reference) if reference in summary else {}
-    best = best_by_rule(summary, goals, baseline)
+    best = best_by_rule(summary, goals, baseline, reference) if goals else None
     rng = random.Random(int(config.get("examples_seed", 0)))
     ids = sorted({r["id"] for r in scored[baseline]["scores"]}, key=lambda i: [x["id"] for x in inputs].index(i))
     picked = rng.sample(ids, min(int(config.get("examples", 3)), len(ids)))
@@ -382,7 +402,11 @@ def markdown(result: dict) -> str:
     if result.get("best"):
         best = result["best"]
         lines += ["", f"Best by the goal rule: **{best['system']}** ("
-                  + ("meets every goal" if best["meets_every_goal"] else "misses " + ", ".join(best["missed"])) + ")."]
+                  + ("meets every goal" if best["meets_every_goal"] else "misses " + ", ".join(best["missed"])) + ").",
+                  "", "Ranking (checks passed, then the shortfall on the missed ones):", ""]
+        for place, entry in enumerate(best["ranking"], 1):
+            gaps = ", ".join(f"{k} {v:.3f}" for k, v in entry["shortfall"].items()) or "none"
+            lines.append(f"{place}. {entry['system']}: {entry['num_passed']}/6 checks; shortfall: {gaps}")
     lines += ["", "Examples (drawn with random.Random(examples_seed).sample over the turn ids):", ""]
     for ex in result["examples"]:
         doc = ex["document"] if len(ex["document"]) < 300 else ex["document"][:300] + " ..."

@@ -65,7 +65,7 @@ def run_demo(
     model_name: str = "embedded",
     device=None,
     dtype=None,
-    alpha: float = 0.5,
+    alpha: float | str = 0.5,
     p: float = 0.9,
     num_beams: int = 4,
     max_new_tokens: int = 40,
@@ -76,8 +76,10 @@ def run_demo(
     show_gain: bool = True,
     print_fn=print,
     model_and_tokenizer=None,
+    guards: dict | None = None,
 ) -> list[dict]:
-    """Decode the demo dialogues both ways, print them and return the output records."""
+    """Decode the demo dialogues both ways, print them and return the output records. ``guards``:
+    the guard options of :func:`~pmi_decode.decode_records`, applied to both columns alike."""
     records = read_dialogues_jsonl(path or demo_dialogues_path())
     if model_and_tokenizer is None:
         from .models import load_model_and_tokenizer
@@ -92,6 +94,7 @@ def run_demo(
             records, model, tokenizer, alpha=alpha, p=p, num_beams=num_beams, do_sample=False,
             max_new_tokens=max_new_tokens, batch_size=len(records), seed=0, compare=True, model_name=model_name,
             chat_template=chat_template, max_length=max_length, max_history_turns=max_history_turns,
+            **(guards or {}),
         )
     )
     by_id = {str(o["id"]): o for o in outputs}

@@ -4,7 +4,8 @@ A model prompted with ``Document: ... User: ... Agent:`` sometimes continues the
 answering ("Document: The FDA defines ..."), and PMI-Decode makes that likelier, because the
 document's own words are what the PMI term rewards. :class:`LayoutMarkerGuard` bans every token
 that would complete a marker in the decoded text, whatever tokenization the model uses to spell
-it (one token, several pieces, with or without a leading space or newline).
+it (one token, several pieces, with or without a leading space or newline), and in its numbered
+form ("Document 2:", which a model numbering the documents writes).
 
 transformers' ``NoBadWordsLogitsProcessor`` bans given token sequences only: a marker spelt with
 other token pieces (``"Doc" "ument" ":"``) passes. This guard works on characters instead: at
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from typing import Sequence
 
 import torch
@@ -96,7 +98,15 @@ class LayoutMarkerGuard(LogitsProcessor):
                     )
             whole.update(i for i, t in enumerate(texts) if marker in t)
         self._whole = torch.tensor(sorted(whole), dtype=torch.long)
-        self._tail_tokens = max(len(m) for m in self.markers)  # each token spells >= 1 character
+        # Numbered variants ("Document 2:", "User 1 :"): a marker made of a word and a colon is
+        # also banned with a number between them, since a model that numbers the documents or
+        # turns leaks the layout that way. After the word (and any digits) the tokens that would
+        # add the colon, with or without more digits and spaces, are banned.
+        self._numbered = [re.compile(r"(?:^|\W)" + re.escape(m[:-1].strip()) + r"\s*\d*\s*$")
+                          for m in self.markers if m.endswith(":") and m[:-1].strip().isalpha()]
+        self._colon_next = torch.tensor([i for i, t in enumerate(texts) if re.match(r"^\s*\d*\s*:", t)],
+                                        dtype=torch.long)
+        self._tail_tokens = max(len(m) for m in self.markers) + 8  # each token spells >= 1 character
 
     def banned_ids(self, row_ids: Sequence[int]) -> torch.Tensor:
         """The token ids banned after the given sequence."""
@@ -108,6 +118,8 @@ class LayoutMarkerGuard(LogitsProcessor):
             for start in range(1, len(marker)):
                 if tail.endswith(marker[:start]):
                     parts.append(self._starting[marker[start:]])
+        if any(pattern.search(tail) for pattern in self._numbered):
+            parts.append(self._colon_next)
         return torch.unique(torch.cat(parts)) if len(parts) > 1 else self._whole
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:

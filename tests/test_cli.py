@@ -65,10 +65,12 @@ def test_generate_writes_one_complete_record_per_dialogue(tmp_path, llama_dir):
             assert row[key] == rec[key]
         assert row.get("response") == rec.get("response")
         assert isinstance(row["pmi_response"], str) and isinstance(row["plain_response"], str)
-        assert row["settings"] == {"model": llama_dir, "alpha": 0.5, "p": 0.9, "num_beams": 2, "do_sample": False,
+        assert row["settings"] == {"model": llama_dir, "alpha": 0.5, "p": 0.9, "num_beams": 2,
+                                   "do_sample": False,
                                    "max_new_tokens": 6, "seed": 0, "compare": True, "batch_size": 2,
                                    "max_input_length": None, "max_history_turns": None, "chat_template": None,
-                                   "block_layout_markers": True, "dtype": None}
+                                   "block_layout_markers": True, "response_no_repeat_ngram_size": 3,
+                                   "dtype": None}
 
 
 def test_without_compare_there_is_no_plain_response(tmp_path, llama_dir):

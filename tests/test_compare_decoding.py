@@ -63,7 +63,9 @@ def test_goal_rule_and_best_system(tmp_path):
     assert goals["good"]["passes"]
     assert not goals["fixed-0.5"]["checks"]["grammar"]
     assert not goals["greedy-gain"]["checks"]["rouge_l"] and not goals["greedy-gain"]["checks"]["no_leak"]
-    assert result["best"] == {"system": "good", "meets_every_goal": True, "missed": []}
+    assert {k: result["best"][k] for k in ("system", "meets_every_goal", "missed")} == \
+        {"system": "good", "meets_every_goal": True, "missed": []}
+    assert [e["system"] for e in result["best"]["ranking"]][0] == "good"
     md = (tmp_path / "comparison.md").read_text()
     assert "Best by the goal rule: **good**" in md
     diff = result["summary"]["greedy-gain"]["vs_baseline"]["cpmi_mean"]
@@ -73,6 +75,14 @@ def test_goal_rule_and_best_system(tmp_path):
     config["systems"].pop("good")
     result = cd.report(config, inputs)
     assert result["best"]["system"] == "fixed-0.5" and result["best"]["missed"] == ["grammar"]
+    # Equal counts of checks passed: the one closer to the goal it misses ranks first.
+    _write(tmp_path, "closer", _rows(dict(systems["fixed-0.5"], ungrammatical=0.3, cpmi_mean=0.31)))
+    config["systems"]["closer"] = {"alpha": 0}
+    result = cd.report(config, inputs)
+    ranking = result["best"]["ranking"]
+    assert [e["system"] for e in ranking[:2]] == ["closer", "fixed-0.5"]
+    assert ranking[0]["shortfall"] == {"grammar": pytest.approx(0.02)}
+    assert ranking[1]["shortfall"] == {"grammar": pytest.approx(0.22)}
 
 
 def test_paired_interval():

@@ -237,3 +237,36 @@ def test_decode_records_response_no_repeat_ngram():
     assert {r["id"]: r["pmi_response"] for r in unguarded} != by_id, "the guard must change looping responses"
     with pytest.raises(ValueError, match="response_no_repeat_ngram_size"):
         list(decode_records(records, model, tok, response_no_repeat_ngram_size=-1, progress=False))
+
+
+def test_numbered_markers_are_banned_too():
+    """'Document 2:' leaks the layout as much as 'Document:': after the word and a number, no
+    token may add the colon; other text after the number stays allowed."""
+    tok = tiny_tokenizer("llama")
+    guard = LayoutMarkerGuard(tok, MARKERS)
+    for lead in ("Document 2", "Document 12 ", "I said User 3", "Document "):
+        row = tok("Hello " + lead, add_special_tokens=False)["input_ids"]
+        banned = set(guard.banned_ids(row).tolist())
+        for token in range(len(tok)):
+            text = tok.decode(row + [token], skip_special_tokens=True)
+            if token not in banned:
+                assert not any(m[:-1] in text and text.rstrip().endswith(":") for m in MARKERS), (lead, text)
+        assert tok.convert_tokens_to_ids(":") in banned
+    row = tok("Chapter 2", add_special_tokens=False)["input_ids"]  # not a marker word: the colon is free
+    assert tok.convert_tokens_to_ids(":") not in set(guard.banned_ids(row).tolist())
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_numbered_marker_forced_by_the_model_cannot_be_generated(paired):
+    import re
+
+    tok, model = tiny_tokenizer("llama"), tiny_model("llama")
+    inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
+    prompt_len = inputs["conditional"]["input_ids"].shape[1]
+    push = TowardMarker(tok, "Document 2:")
+    kwargs = dict(alpha=0.5, p=0.9, paired=paired, num_beams=3, max_new_tokens=14, min_new_tokens=14)
+    forced = _responses(tok, pmi_generate(model, inputs, logits_processor=[push], **kwargs), prompt_len)
+    assert all("Document 2:" in text for text in forced), forced
+    guard = LayoutMarkerGuard(tok, layout_markers())
+    guarded = _responses(tok, pmi_generate(model, inputs, logits_processor=[push, guard], **kwargs), prompt_len)
+    assert not any(re.search(r"(Document|User|Agent)\s*\d*\s*:", text) for text in guarded), guarded
