@@ -146,6 +146,21 @@ def _row_header(dataset: str, key: str, example) -> dict:
     return row
 
 
+def _with_texts(row: dict, example) -> dict:
+    """The row with its texts riding along (``_document``, ``_history``, ``_response``) until
+    :func:`drop_texts`."""
+    row["_document"], row["_history"], row["_response"] = example.knowledge, list(example.history), example.response
+    return row
+
+
+def _add_rouge_l(rows: list[dict]) -> list[dict]:
+    """ROUGE-L of each response against its document (one batched call)."""
+    if rows:
+        for row, value in zip(rows, rouge_l([r["_response"] for r in rows], [r["_document"] for r in rows])):
+            row["rouge_l"] = value
+    return rows
+
+
 def build_rows(dataset: str, data_dir: Path, cache_path: Path, nlp, nlp_ner=None) -> list[dict]:
     """Feature rows of the cached responses of one dev set, in data-set order (the texts ride
     along in ``_document``, ``_history``, ``_response`` until :func:`drop_texts`)."""
@@ -165,13 +180,8 @@ def build_rows(dataset: str, data_dir: Path, cache_path: Path, nlp, nlp_ner=None
         row["cpmi_sum"] = sum(cpmi[:-1]) if len(cpmi) > 1 else cpmi[0]
         row["upmi_sum"] = sum(upmi[:-1]) if len(upmi) > 1 else upmi[0]
         row["num_tokens"] = item["num_tokens"]
-        row["_document"], row["_history"], row["_response"] = example.knowledge, list(example.history), example.response
-        rows.append(row)
-    if rows:
-        scores = rouge_l([r["_response"] for r in rows], [r["_document"] for r in rows])
-        for row, value in zip(rows, scores):
-            row["rouge_l"] = value
-    return rows
+        rows.append(_with_texts(row, example))
+    return _add_rouge_l(rows)
 
 
 def rows_from_file(dataset: str, data_dir: Path, path: Path, nlp, nlp_ner=None) -> list[dict]:
@@ -197,13 +207,8 @@ def rows_from_file(dataset: str, data_dir: Path, path: Path, nlp, nlp_ner=None) 
                              f"but the data says {int(example.faithful)}/{example.model_name}")
         row.update(lexical_features(example.knowledge, example.history, example.response, nlp))
         row.update(fact_features(example.knowledge, example.history, example.response, nlp=nlp, nlp_ner=nlp_ner))
-        row["_document"], row["_history"], row["_response"] = example.knowledge, list(example.history), example.response
-        rows.append(row)
-    if rows:
-        scores = rouge_l([r["_response"] for r in rows], [r["_document"] for r in rows])
-        for row, value in zip(rows, scores):
-            row["rouge_l"] = value
-    return rows
+        rows.append(_with_texts(row, example))
+    return _add_rouge_l(rows)
 
 
 def add_semantic_features(rows: list[dict], cache_path: Path, encoder=None) -> None:

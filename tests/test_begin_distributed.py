@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from tiny_models import tiny_model, tiny_tokenizer
+from tiny_models import saved_tiny_model
 
 from pmi_decode import distributed, scoring
 from pmi_decode.distributed import Processes, ShardError, shard_dir, shard_path
@@ -46,10 +46,7 @@ begin = _load_begin()
 
 @pytest.fixture(scope="module")
 def scorer_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("models") / "tiny-llama"
-    tiny_model("llama", dtype=torch.float32).save_pretrained(folder)
-    tiny_tokenizer("llama").save_pretrained(folder)
-    return str(folder)
+    return saved_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 
 
 @pytest.fixture

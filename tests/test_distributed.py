@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
+from tiny_models import DIALOGUES, saved_tiny_model, tiny_model, tiny_tokenizer
 
 from pmi_decode import distributed
 from pmi_decode.cli import main
@@ -53,10 +53,7 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("models") / "tiny-llama"
-    tiny_model("llama", dtype=torch.float32).save_pretrained(folder)
-    tiny_tokenizer("llama").save_pretrained(folder)
-    return str(folder)
+    return saved_tiny_model(tmp_path_factory.mktemp("models") / "tiny-llama")
 
 
 def _read(path):

@@ -143,3 +143,10 @@ DIALOGUES = [
     ("Miles Davis recorded Kind of Blue in 1959.", ["Do you like jazz?"]),
     ("The Beatles formed in Liverpool in 1960. They were a rock band.", ["I like music.", "Me too. Who is your favourite band?"]),
 ]
+
+
+def saved_tiny_model(folder, kind: str = "llama", *, chat: bool = False) -> str:
+    """A tiny model and its tokenizer saved in ``folder`` (float32), for code that loads by path."""
+    tiny_model(kind, dtype=torch.float32).save_pretrained(folder)
+    tiny_tokenizer(kind, chat=chat).save_pretrained(folder)
+    return str(folder)
