@@ -113,6 +113,7 @@ def _decode_options(config, system: dict) -> dict:
         no_repeat_ngram_size=guards.get("no_repeat_ngram_size"), repetition_penalty=guards.get("repetition_penalty"),
         block_layout_markers=bool(guards.get("block_layout_markers", False)),
         response_no_repeat_ngram_size=guards.get("response_no_repeat_ngram_size"),
+        normalize_scores=bool(system.get("normalize", False)),
     )
 
 

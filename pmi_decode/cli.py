@@ -105,6 +105,12 @@ def _add_guard_arguments(parser: argparse.ArgumentParser) -> None:
         help="generate's repetition penalty; 1 = off (default 1)",
     )
     parser.add_argument(
+        "--normalize-scores", action="store_true",
+        help="normalise PMI-Decode's step scores over the nucleus (log-softmax): same tokens in greedy search "
+        "and sampling; in beam search hypotheses are ranked by the PMI-reweighted distribution, whose beams "
+        "end as plain decoding's do (raw PMI scores can be positive, which keeps beams going)",
+    )
+    parser.add_argument(
         "--allow-layout-markers", dest="block_layout_markers", action="store_false",
         help='let responses contain the prompt layout\'s markers ("Document:", "User:", "Agent:"), '
         "which are banned by default",
@@ -243,7 +249,7 @@ def _decode_options(args) -> dict:
         chat_template=_chat_flag(args.chat_template), extra_settings={"dtype": args.dtype},
         no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
         block_layout_markers=args.block_layout_markers,
-        response_no_repeat_ngram_size=args.response_no_repeat_ngram_size,
+        response_no_repeat_ngram_size=args.response_no_repeat_ngram_size, normalize_scores=args.normalize_scores,
     )
 
 
@@ -307,7 +313,8 @@ def _run_demo(args) -> int:
         max_length=args.max_input_length, max_history_turns=args.max_history_turns, width=args.width,
         guards=dict(no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
                     block_layout_markers=args.block_layout_markers,
-                    response_no_repeat_ngram_size=args.response_no_repeat_ngram_size),
+                    response_no_repeat_ngram_size=args.response_no_repeat_ngram_size,
+                    normalize_scores=args.normalize_scores),
     )
     return 0
 

@@ -237,7 +237,7 @@ def _conditional_processors(model, config: GenerationConfig, decoder_prompt_leng
 
 
 def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | None = None, share_prompt: bool = True,
-                 **generate_kwargs):
+                 normalize: bool = False, **generate_kwargs):
     """Generate with PMI-Decode; returns what ``generate`` returns for the conditional rows.
 
     Args:
@@ -256,6 +256,8 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
             paired path, also run each half of the stacked batch at its own width (see
             :func:`paired_prompt_cache`), greedy search included. Same tokens, fewer prompt
             forwards.
+        normalize: normalise each step's PMI scores over the nucleus (see
+            :class:`~pmi_decode.PMIDecode`).
         **generate_kwargs: anything ``generate`` takes (num_beams, do_sample, max_new_tokens, ...).
 
     Sampling and beam sampling always run on the separate path: the paired path cannot make the
@@ -275,7 +277,7 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     if paired is False or blocker:
         if blocker:
             logger.info("pmi_generate: separate-cache path (%s)", blocker)
-        proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond)
+        proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
         if share_prompt and "past_key_values" not in kwargs and config.cache_implementation is None:
             cache = prompt_cache(model, cond, _expansion(config))
@@ -287,7 +289,7 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     pad_id = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
     if isinstance(pad_id, (list, tuple)):
         pad_id = pad_id[0]
-    proc = PMIDecode(alpha, p)
+    proc = PMIDecode(alpha, p, normalize=normalize)
     joint = proc.stack({"conditional": cond, "unconditional": uncond}, model, pad_token_id=pad_id)
     decoder_prompt_length = 1 if enc_dec else joint["input_ids"].shape[1]
     proc.conditional_processors = _conditional_processors(model, config, decoder_prompt_length, user_processors)

@@ -80,7 +80,7 @@ def _keep_sorted(sorted_probs: torch.Tensor, p: float) -> torch.Tensor:
     return keep
 
 
-def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float) -> torch.Tensor:
+def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float, normalize: bool = False) -> torch.Tensor:
     """The PMI-Decode score from the conditional scores (any logits or log-probs) and the
     unconditional log-probs; -inf outside the nucleus. ``alpha`` is a float or an
     :class:`~pmi_decode.adaptive.AdaptiveAlpha` (one weight per row, from both distributions).
@@ -89,7 +89,13 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float)
     stays -inf whatever lp_u is; a token whose lp_u is -inf or NaN (banned in the unconditional
     row by a per-row processor, or a broken branch) would get an infinite or undefined PMI, so
     it is dropped from the candidates; a row whose whole nucleus is dropped that way keeps the
-    conditional log-probs of its nucleus."""
+    conditional log-probs of its nucleus.
+
+    ``normalize``: return the log-softmax of those scores over the nucleus, the log-probabilities
+    of the distribution PMI-Decode samples from. Greedy search and sampling pick the same tokens
+    either way (a per-row constant); beam search differs: raw PMI scores can be positive, so a
+    longer hypothesis can keep gaining and beams rarely end, while normalised step scores are
+    never positive, as plain decoding's are."""
     lp_c = torch.log_softmax(scores, dim=-1)
     keep = nucleus_mask(lp_c, p)
     if isinstance(alpha, AdaptiveAlpha) and lp_u is not None:
@@ -104,7 +110,8 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float)
         keep = torch.where(some, usable, keep)
         lp_u = torch.where(known, lp_u, torch.zeros_like(lp_u))
         combined = torch.where(some, (1.0 - alpha) * lp_c + alpha * (lp_c - lp_u), lp_c)
-    return torch.where(keep, combined, torch.full_like(combined, -math.inf))
+    out = torch.where(keep, combined, torch.full_like(combined, -math.inf))
+    return torch.log_softmax(out, dim=-1) if normalize else out
 
 
 def _model_device(model) -> torch.device:
@@ -419,6 +426,9 @@ class PMIDecode(LogitsProcessor):
         conditional_processors: paired mode only: processors applied to the conditional half
             before scoring (``pmi_generate`` moves ``min_new_tokens`` here so the unconditional
             half sees the raw distribution, exactly as in separate mode).
+        normalize: return the scores log-softmax-normalised over the nucleus (see
+            :func:`pmi_scores`): same tokens in greedy search and sampling, and beam search over
+            the PMI-reweighted distribution, whose beams end as plain decoding's do.
 
     Two ways to use it:
 
@@ -465,8 +475,12 @@ class PMIDecode(LogitsProcessor):
         model=None,
         unconditional_inputs: dict | None = None,
         conditional_processors: LogitsProcessorList | list | None = None,
+        normalize: bool = False,
     ):
         self.alpha, self.p = resolve_alpha(alpha, p)
+        if not isinstance(normalize, bool):
+            raise ValueError(f"normalize must be True or False, got {normalize!r}")
+        self.normalize = normalize
         self.paired = model is None and unconditional_inputs is None
         if model is None and unconditional_inputs is not None:
             raise ValueError(
@@ -692,7 +706,7 @@ class PMIDecode(LogitsProcessor):
         lp_u = torch.log_softmax(scores[half:], dim=-1) if self.alpha != 0.0 else None
         if lp_u is not None and bool(torch.isnan(lp_u).any()):
             raise ValueError("paired PMIDecode: the unconditional half's scores hold NaN")
-        out = pmi_scores(cond, lp_u, self.alpha, self.p)
+        out = pmi_scores(cond, lp_u, self.alpha, self.p, self.normalize)
         return torch.cat([out, out], dim=0)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -701,4 +715,4 @@ class PMIDecode(LogitsProcessor):
         if self.alpha == 0.0 and self.p >= 1.0:
             return scores
         lp_u = self._unconditional_log_probs(input_ids, scores.dtype) if self.alpha != 0.0 else None
-        return pmi_scores(scores, lp_u, self.alpha, self.p)
+        return pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize)
