@@ -107,3 +107,12 @@ def test_finished_part_and_unfinished():
     assert cd.finished_part("Version 2.5 is out!") == "Version 2.5 is out!"  # "2.5" is no sentence end
     assert cd.unfinished("All done.") == 0.0 and cd.unfinished("All done. But") == 1.0
     assert cd.unfinished("Cut in the midd") == 1.0 and cd.unfinished("  ") == 1.0
+
+
+def test_config_refuses_a_non_boolean_normalize(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("systems:\n  a: {alpha: 0.5, normalize: 'no'}\n")
+    with pytest.raises(SystemExit, match="normalize must be true or false"):
+        cd.load_config(str(path))
+    path.write_text("systems:\n  a: {alpha: 0.5, normalize: true}\n")
+    assert cd._decode_options(CONFIG, cd.load_config(str(path))["systems"]["a"])["normalize_scores"] is True

@@ -83,26 +83,28 @@ def _check_qa(qa, where: str, path, *, history: bool) -> None:
                f"{where}: 'turn' must be a non-negative integer, got {qa['turn']!r}")
 
 
-def read_persona_qas(path) -> dict[str, list[dict]]:
-    """``persona_qas.json``: persona fact -> its questions (validated; a clear error names the entry)."""
-    data = read_json(Path(path), "ConsisTest persona_qas.json: {persona_fact: [{q, a, source, type, c}]}")
-    expect(isinstance(data, dict), path, "expected an object {persona_fact: [questions]}")
-    for fact, qas in data.items():
-        expect(isinstance(qas, list), path, f"persona fact {fact!r}: expected a list of questions")
+def _read_qas(path, layout: str, entry: str, *, history: bool) -> dict[str, list[dict]]:
+    """A ConsisTest question file: an object of ``entry`` key -> list of questions, each validated
+    (a clear error names the entry and the question)."""
+    data = read_json(Path(path), layout)
+    expect(isinstance(data, dict), path, f"expected an object {{{entry}: [questions]}}")
+    for key, qas in data.items():
+        expect(isinstance(qas, list), path, f"{entry} {key!r}: expected a list of questions")
         for k, qa in enumerate(qas):
-            _check_qa(qa, f"persona fact {fact!r}, question {k}", path, history=False)
-    return data
+            _check_qa(qa, f"{entry} {key!r}, question {k}", path, history=history)
+    return {str(k): v for k, v in data.items()}
+
+
+def read_persona_qas(path) -> dict[str, list[dict]]:
+    """``persona_qas.json``: persona fact -> its questions (validated)."""
+    return _read_qas(path, "ConsisTest persona_qas.json: {persona_fact: [{q, a, source, type, c}]}",
+                     "persona fact", history=False)
 
 
 def read_history_qas(path) -> dict[str, list[dict]]:
     """``history_qas.json``: dialogue id -> its questions (validated)."""
-    data = read_json(Path(path), "ConsisTest history_qas.json: {dialog_id: [{c, q, a, turn, source, type, dialog, alt_c}]}")
-    expect(isinstance(data, dict), path, "expected an object {dialog_id: [questions]}")
-    for dialog_id, qas in data.items():
-        expect(isinstance(qas, list), path, f"dialog {dialog_id!r}: expected a list of questions")
-        for k, qa in enumerate(qas):
-            _check_qa(qa, f"dialog {dialog_id!r}, question {k}", path, history=True)
-    return {str(k): v for k, v in data.items()}
+    return _read_qas(path, "ConsisTest history_qas.json: {dialog_id: [{c, q, a, turn, source, type, dialog, alt_c}]}",
+                     "dialog", history=True)
 
 
 def read_dialogues(path) -> dict[str, dict]:
