@@ -59,9 +59,10 @@ def load_config(path: str) -> dict:
     for name, system in config["systems"].items():
         if not isinstance(system, dict) or "alpha" not in system:
             raise SystemExit(f"error: {path}: system {name!r} needs at least an alpha")
-        if not isinstance(system.get("normalize", False), bool):
-            raise SystemExit(f"error: {path}: system {name!r}: normalize must be true or false, "
-                             f"got {system['normalize']!r}")
+        for flag in ("normalize", "conditional_end"):
+            if not isinstance(system.get(flag, False), bool):
+                raise SystemExit(f"error: {path}: system {name!r}: {flag} must be true or false, "
+                                 f"got {system[flag]!r}")
         try:
             resolve_alpha(system["alpha"], system.get("p", 1.0))
         except ValueError as err:
@@ -116,7 +117,7 @@ def _decode_options(config, system: dict) -> dict:
         no_repeat_ngram_size=guards.get("no_repeat_ngram_size"), repetition_penalty=guards.get("repetition_penalty"),
         block_layout_markers=bool(guards.get("block_layout_markers", False)),
         response_no_repeat_ngram_size=guards.get("response_no_repeat_ngram_size"),
-        normalize_scores=system.get("normalize", False),
+        normalize_scores=system.get("normalize", False), conditional_end=system.get("conditional_end", False),
     )
 
 

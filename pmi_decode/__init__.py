@@ -5,7 +5,7 @@ from .data import DialogueRecord, load_dialogues
 from .decode_file import decode_records, read_dialogues_jsonl
 from .generation import pmi_generate
 from .models import load_model_and_tokenizer, resolve_model
-from .processor import PMIDecode, nucleus_mask, pmi_scores
+from .processor import PMIDecode, conditional_end_scores, nucleus_mask, pmi_scores
 
 __version__ = "0.1.0"
 
@@ -23,6 +23,7 @@ __all__ = [
     "nucleus_mask",
     "pmi_generate",
     "pmi_scores",
+    "conditional_end_scores",
     "read_dialogues_jsonl",
     "resolve_model",
 ]

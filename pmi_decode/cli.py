@@ -111,6 +111,12 @@ def _add_guard_arguments(parser: argparse.ArgumentParser) -> None:
         "end as plain decoding's do (raw PMI scores can be positive, which keeps beams going)",
     )
     parser.add_argument(
+        "--conditional-end", action="store_true",
+        help="let the model with the document alone decide when a response ends: the end token keeps its "
+        "conditional probability and PMI shares the rest among the other tokens (normalised scores). Without "
+        "it the document's words outbid the end token and beam-search responses run to --max-new-tokens",
+    )
+    parser.add_argument(
         "--allow-layout-markers", dest="block_layout_markers", action="store_false",
         help='let responses contain the prompt layout\'s markers ("Document:", "User:", "Agent:"), '
         "which are banned by default",
@@ -250,6 +256,7 @@ def _decode_options(args) -> dict:
         no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
         block_layout_markers=args.block_layout_markers,
         response_no_repeat_ngram_size=args.response_no_repeat_ngram_size, normalize_scores=args.normalize_scores,
+        conditional_end=args.conditional_end,
     )
 
 
@@ -314,7 +321,7 @@ def _run_demo(args) -> int:
         guards=dict(no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
                     block_layout_markers=args.block_layout_markers,
                     response_no_repeat_ngram_size=args.response_no_repeat_ngram_size,
-                    normalize_scores=args.normalize_scores),
+                    normalize_scores=args.normalize_scores, conditional_end=args.conditional_end),
     )
     return 0
 

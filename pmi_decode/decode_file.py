@@ -177,7 +177,8 @@ def write_records(path: str | os.PathLike, records: Iterable[dict]) -> int:
 def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, model_name=None, compare=False,
                     batch_size=None, max_length=None, max_history_turns=None, chat_template=None, format=None,
                     no_repeat_ngram_size=None, repetition_penalty=None, block_layout_markers=False,
-                    response_no_repeat_ngram_size=None, normalize_scores=False, **options) -> dict:
+                    response_no_repeat_ngram_size=None, normalize_scores=False, conditional_end=False,
+                    **options) -> dict:
     """The settings stored with every output record and compared on resume: every option that
     can change a record's content. ``batch_size`` is one of them: it decides which dialogues share
     a batch, hence the padding and, when sampling, each batch's seed. ``options``: further
@@ -206,6 +207,8 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
         settings["response_no_repeat_ngram_size"] = int(response_no_repeat_ngram_size)
     if normalize_scores:
         settings["normalize_scores"] = True
+    if conditional_end:
+        settings["conditional_end"] = True
     if format is not None:
         import dataclasses
 
@@ -306,15 +309,17 @@ def _batch_seed(seed: int, ids: Sequence) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "little")
 
 
-def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False):
+def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False, conditional_end=False):
     try:
         from .generation import pmi_generate
     except ImportError:
         pmi_generate = None
     if pmi_generate is not None:
-        out = pmi_generate(model, inputs, alpha=alpha, p=p, normalize=normalize, **generate_kwargs)
+        out = pmi_generate(model, inputs, alpha=alpha, p=p, normalize=normalize, conditional_end=conditional_end,
+                           **generate_kwargs)
         return out.sequences if hasattr(out, "sequences") else out
-    processor = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"], normalize=normalize)
+    processor = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"], normalize=normalize,
+                          conditional_end=conditional_end)
     kwargs = dict(generate_kwargs)
     processors = list(kwargs.pop("logits_processor", None) or []) + [processor]
     return model.generate(**inputs["conditional"], logits_processor=processors, **kwargs)
@@ -369,6 +374,7 @@ def decode_records(
     block_layout_markers: bool = False,
     response_no_repeat_ngram_size: int | None = None,
     normalize_scores: bool = False,
+    conditional_end: bool = False,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
@@ -392,6 +398,8 @@ def decode_records(
     leaving the document free to be quoted, which ``no_repeat_ngram_size`` forbids on decoder-only
     models (their ``input_ids`` hold the prompt). ``normalize_scores``: PMI-Decode's step scores
     normalised over the nucleus (:class:`pmi_decode.PMIDecode`'s ``normalize``).
+    ``conditional_end``: the conditional model alone decides when a response ends
+    (:class:`pmi_decode.PMIDecode`'s ``conditional_end``; the end token is ``generate``'s).
 
     ``skip_ids`` and ``shard=(index, count)`` let a rerun or one of several processes decode
     part of ``records`` while every record keeps the batch (and seed) it gets when all of
@@ -423,7 +431,7 @@ def decode_records(
         max_history_turns=max_history_turns, chat_template=chat_template, format=format,
         no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
         block_layout_markers=block_layout_markers, response_no_repeat_ngram_size=response_no_repeat_ngram_size,
-        normalize_scores=normalize_scores, **(extra_settings or {}),
+        normalize_scores=normalize_scores, conditional_end=conditional_end, **(extra_settings or {}),
     )
     encode_kw = dict(
         is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,
@@ -484,7 +492,7 @@ def decode_records(
                 if batch_seed is not None:
                     torch.manual_seed(batch_seed)
                 pmi = _pmi_sequences(model, inputs, alpha=alpha, p=p, generate_kwargs=batch_kwargs,
-                                     normalize=normalize_scores)
+                                     normalize=normalize_scores, conditional_end=conditional_end)
                 pmi_texts = _texts(tokenizer, pmi, prompt_len, enc_dec)
                 plain_texts = None
                 if compare:

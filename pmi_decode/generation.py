@@ -237,7 +237,7 @@ def _conditional_processors(model, config: GenerationConfig, decoder_prompt_leng
 
 
 def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | None = None, share_prompt: bool = True,
-                 normalize: bool = False, **generate_kwargs):
+                 normalize: bool = False, conditional_end: bool = False, **generate_kwargs):
     """Generate with PMI-Decode; returns what ``generate`` returns for the conditional rows.
 
     Args:
@@ -258,6 +258,8 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
             forwards.
         normalize: normalise each step's PMI scores over the nucleus (see
             :class:`~pmi_decode.PMIDecode`).
+        conditional_end: the conditional model alone decides when the response ends (see
+            :class:`~pmi_decode.PMIDecode`); the end tokens are generate's ``eos_token_id``.
         **generate_kwargs: anything ``generate`` takes (num_beams, do_sample, max_new_tokens, ...).
 
     Sampling and beam sampling always run on the separate path: the paired path cannot make the
@@ -268,6 +270,10 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     kwargs = dict(generate_kwargs)
     user_processors = kwargs.pop("logits_processor", None)
     config, model_kwargs = _effective_config(model, dict(kwargs))
+    ends = config.eos_token_id if conditional_end else None
+    if conditional_end and ends is None:
+        raise ValueError("conditional_end=True needs the end token: pass eos_token_id= (the model's generation "
+                         "config has none)")
     blocker = None if paired is False else paired_path_blocker(model, cond, uncond, config, model_kwargs)
     if paired is None and blocker is None and alpha == 0.0:
         # The score is the conditional log-prob alone: the separate path runs no second branch.
@@ -277,7 +283,8 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     if paired is False or blocker:
         if blocker:
             logger.info("pmi_generate: separate-cache path (%s)", blocker)
-        proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize)
+        proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
+                         conditional_end=conditional_end, eos_token_id=ends)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
         if share_prompt and "past_key_values" not in kwargs and config.cache_implementation is None:
             cache = prompt_cache(model, cond, _expansion(config))
@@ -289,7 +296,7 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     pad_id = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
     if isinstance(pad_id, (list, tuple)):
         pad_id = pad_id[0]
-    proc = PMIDecode(alpha, p, normalize=normalize)
+    proc = PMIDecode(alpha, p, normalize=normalize, conditional_end=conditional_end, eos_token_id=ends)
     joint = proc.stack({"conditional": cond, "unconditional": uncond}, model, pad_token_id=pad_id)
     decoder_prompt_length = 1 if enc_dec else joint["input_ids"].shape[1]
     proc.conditional_processors = _conditional_processors(model, config, decoder_prompt_length, user_processors)

@@ -33,7 +33,10 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from .adaptive import AdaptiveAlpha, resolve_alpha
 
-__all__ = ["PMIDecode", "pmi_scores", "nucleus_mask", "validate_alpha_p", "prefill", "stack_inputs", "conditional_half"]
+__all__ = [
+    "PMIDecode", "pmi_scores", "conditional_end_scores", "nucleus_mask", "validate_alpha_p", "prefill", "stack_inputs",
+    "conditional_half",
+]
 
 _NUCLEUS_START_K = 64
 
@@ -80,7 +83,8 @@ def _keep_sorted(sorted_probs: torch.Tensor, p: float) -> torch.Tensor:
     return keep
 
 
-def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float, normalize: bool = False) -> torch.Tensor:
+def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float, normalize: bool = False,
+               end_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The PMI-Decode score from the conditional scores (any logits or log-probs) and the
     unconditional log-probs; -inf outside the nucleus. ``alpha`` is a float or an
     :class:`~pmi_decode.adaptive.AdaptiveAlpha` (one weight per row, from both distributions).
@@ -95,7 +99,10 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
     of the distribution PMI-Decode samples from. Greedy search and sampling pick the same tokens
     either way (a per-row constant); beam search differs: raw PMI scores can be positive, so a
     longer hypothesis can keep gaining and beams rarely end, while normalised step scores are
-    never positive, as plain decoding's are."""
+    never positive, as plain decoding's are.
+
+    ``end_ids`` (the end-of-response token ids): the conditional model alone decides when the
+    response ends (see :func:`conditional_end_scores`); the result is normalised."""
     lp_c = torch.log_softmax(scores, dim=-1)
     keep = nucleus_mask(lp_c, p)
     if isinstance(alpha, AdaptiveAlpha) and lp_u is not None:
@@ -111,7 +118,48 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
         lp_u = torch.where(known, lp_u, torch.zeros_like(lp_u))
         combined = torch.where(some, (1.0 - alpha) * lp_c + alpha * (lp_c - lp_u), lp_c)
     out = torch.where(keep, combined, torch.full_like(combined, -math.inf))
+    if end_ids is not None:
+        return conditional_end_scores(lp_c, out, end_ids)
     return torch.log_softmax(out, dim=-1) if normalize else out
+
+
+def conditional_end_scores(lp_c: torch.Tensor, pmi: torch.Tensor, end_ids: torch.Tensor) -> torch.Tensor:
+    """Step log-probabilities in which ending the response is the conditional model's decision
+    and PMI only chooses among the other tokens.
+
+    The PMI term rewards the document's words and gives the end token almost nothing (the
+    document-free model also expects the answer to end there), so raw or normalised PMI scores
+    make beams run to the length limit and cut sentences off. Here, over the candidates (the
+    finite entries of ``pmi``): an end token gets its conditional probability renormalised over
+    the candidates, and every other candidate shares the rest of the mass in proportion to
+    exp(PMI score). With alpha = 0 this is the conditional nucleus distribution."""
+    keep = torch.isfinite(pmi)
+    if end_ids.numel() and int(end_ids.max()) >= pmi.shape[-1]:
+        raise ValueError(f"end token id {int(end_ids.max())} is outside the vocabulary of {pmi.shape[-1]} tokens")
+    is_end = torch.zeros_like(keep)
+    is_end[..., end_ids.to(pmi.device)] = True
+    end, rest = keep & is_end, keep & ~is_end
+    minus_inf = torch.full_like(pmi, -math.inf)
+    lp_end = lp_c - torch.logsumexp(torch.where(keep, lp_c, minus_inf), dim=-1, keepdim=True)
+    p_end = torch.where(end, lp_end.exp(), torch.zeros_like(lp_end)).sum(dim=-1, keepdim=True).clamp(max=1.0)
+    # rows whose candidates are all end tokens give NaN here, but none of it is selected below
+    lp_rest = torch.log_softmax(torch.where(rest, pmi, minus_inf), dim=-1)
+    return torch.where(end, lp_end, torch.where(rest, torch.log1p(-p_end) + lp_rest, minus_inf))
+
+
+def _end_token_ids(value) -> torch.Tensor:
+    """The end token ids as a 1-D LongTensor; refuses anything that is not one or more token ids."""
+    values = [value] if not isinstance(value, (list, tuple)) and not torch.is_tensor(value) else list(
+        value.tolist() if torch.is_tensor(value) else value)
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
+        raise ValueError(f"eos_token_id must be a token id or a list of token ids, got {value!r}")
+    return torch.tensor(sorted(set(values)), dtype=torch.long)
+
+
+def _model_end_ids(model) -> torch.Tensor | None:
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    return None if eos is None else _end_token_ids(eos)
 
 
 def _model_device(model) -> torch.device:
@@ -429,6 +477,14 @@ class PMIDecode(LogitsProcessor):
         normalize: return the scores log-softmax-normalised over the nucleus (see
             :func:`pmi_scores`): same tokens in greedy search and sampling, and beam search over
             the PMI-reweighted distribution, whose beams end as plain decoding's do.
+        conditional_end: let the conditional model alone decide when the response ends: the
+            end tokens keep their conditional probability (within the nucleus) and PMI shares
+            the rest among the other candidates (see :func:`conditional_end_scores`). Made for
+            beam search, where raw PMI lets the document's words outbid the end token and
+            responses run to the length limit. The scores are normalised.
+        eos_token_id: the end token id(s) for ``conditional_end``; by default the model's
+            ``generation_config.eos_token_id`` (the model given here, or to :meth:`stack`).
+            Pass the same ids you pass to ``generate``.
 
     Two ways to use it:
 
@@ -476,11 +532,18 @@ class PMIDecode(LogitsProcessor):
         unconditional_inputs: dict | None = None,
         conditional_processors: LogitsProcessorList | list | None = None,
         normalize: bool = False,
+        conditional_end: bool = False,
+        eos_token_id: int | list[int] | None = None,
     ):
         self.alpha, self.p = resolve_alpha(alpha, p)
-        if not isinstance(normalize, bool):
-            raise ValueError(f"normalize must be True or False, got {normalize!r}")
+        for name, flag in (("normalize", normalize), ("conditional_end", conditional_end)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be True or False, got {flag!r}")
         self.normalize = normalize
+        self.conditional_end = conditional_end
+        self._end_ids = _end_token_ids(eos_token_id) if eos_token_id is not None else None
+        if conditional_end and self._end_ids is None and model is not None:
+            self._end_ids = _model_end_ids(model)
         self.paired = model is None and unconditional_inputs is None
         if model is None and unconditional_inputs is not None:
             raise ValueError(
@@ -637,6 +700,8 @@ class PMIDecode(LogitsProcessor):
         if getattr(self, "_watched", lambda: None)() is not model:
             self._watch(model)
         self._stacked = {"input_ids": batch["input_ids"].clone(), "enc_dec": bool(model.config.is_encoder_decoder)}
+        if self.conditional_end and self._end_ids is None:
+            self._end_ids = _model_end_ids(model)
         self._stacked_expanded = {}
         self._encoder_runs = []
         self._paired_length = None
@@ -706,7 +771,7 @@ class PMIDecode(LogitsProcessor):
         lp_u = torch.log_softmax(scores[half:], dim=-1) if self.alpha != 0.0 else None
         if lp_u is not None and bool(torch.isnan(lp_u).any()):
             raise ValueError("paired PMIDecode: the unconditional half's scores hold NaN")
-        out = pmi_scores(cond, lp_u, self.alpha, self.p, self.normalize)
+        out = pmi_scores(cond, lp_u, self.alpha, self.p, self.normalize, self._ends())
         return torch.cat([out, out], dim=0)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -715,4 +780,15 @@ class PMIDecode(LogitsProcessor):
         if self.alpha == 0.0 and self.p >= 1.0:
             return scores
         lp_u = self._unconditional_log_probs(input_ids, scores.dtype) if self.alpha != 0.0 else None
-        return pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize)
+        return pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends())
+
+    def _ends(self) -> torch.Tensor | None:
+        if not self.conditional_end:
+            return None
+        if self._end_ids is None:
+            raise ValueError(
+                "PMIDecode(conditional_end=True) needs the end token ids: pass eos_token_id=, or give a model "
+                "whose generation_config has eos_token_id"
+            )
+        return self._end_ids
+
