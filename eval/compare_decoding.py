@@ -178,11 +178,12 @@ def unfinished(response: str) -> float:
 
 
 def layout_leaks(responses) -> list[float]:
-    """1.0 for a response that contains a prompt-layout marker ("Document:", "User:", ...)."""
-    from pmi_decode.guards import layout_markers
+    """1.0 for a response that contains a prompt-layout marker ("Document:", "User:", ...) or a
+    line holding only a chat role name (a role header whose special token was dropped)."""
+    from pmi_decode.guards import chat_role_leak, layout_markers
 
     markers = layout_markers()
-    return [float(any(m in r for m in markers)) for r in responses]
+    return [float(any(m in r for m in markers) or chat_role_leak(r)) for r in responses]
 
 
 def score(config, inputs: list[dict]) -> None:

@@ -202,7 +202,9 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
     if repetition_penalty is not None and float(repetition_penalty) != 1.0:
         settings["repetition_penalty"] = float(repetition_penalty)
     if block_layout_markers:
-        settings["block_layout_markers"] = True
+        # the guard's current meaning (decoder-only models: the control tokens too); files decoded
+        # when it banned the markers alone say True and do not resume under it
+        settings["block_layout_markers"] = "markers+control_tokens"
     if response_no_repeat_ngram_size:
         settings["response_no_repeat_ngram_size"] = int(response_no_repeat_ngram_size)
     if normalize_scores:
@@ -393,7 +395,9 @@ def decode_records(
     Guards (applied alike to PMI-Decode and to the plain comparison): ``no_repeat_ngram_size``
     and ``repetition_penalty`` are ``generate``'s own options; ``block_layout_markers`` bans the
     prompt layout's markers ("Document:", "User:", "Agent:") from responses
-    (:class:`pmi_decode.guards.LayoutMarkerGuard`); ``response_no_repeat_ngram_size`` forbids
+    (:class:`pmi_decode.guards.LayoutMarkerGuard`) and, for decoder-only models, every control
+    token but the end token (a chat template's role headers, see
+    :func:`pmi_decode.guards.control_token_ids`); ``response_no_repeat_ngram_size`` forbids
     repeating an n-gram of the response itself (:class:`pmi_decode.guards.ResponseNoRepeatNGram`),
     leaving the document free to be quoted, which ``no_repeat_ngram_size`` forbids on decoder-only
     models (their ``input_ids`` hold the prompt). ``normalize_scores``: PMI-Decode's step scores
@@ -452,10 +456,9 @@ def decode_records(
     if repetition_penalty is not None and float(repetition_penalty) != 1.0:
         generate_kwargs["repetition_penalty"] = float(repetition_penalty)
     if block_layout_markers:
-        from .guards import LayoutMarkerGuard, layout_markers
+        from .guards import layout_guards
 
-        guard = LayoutMarkerGuard(tokenizer, layout_markers(format), vocab_size=None)
-        generate_kwargs["logits_processor"] = [guard]
+        generate_kwargs["logits_processor"] = layout_guards(tokenizer, model, format)
     batches = _batches(records, lengths, batch_size)
     if shard is not None:
         from .distributed import shard_units

@@ -27,7 +27,46 @@ from typing import Sequence
 import torch
 from transformers import LogitsProcessor
 
-__all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "layout_markers"]
+__all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "layout_markers", "layout_guards", "control_token_ids",
+           "chat_role_leak"]
+
+#: Role names chat templates write after their role-start token ("<|im_start|>user").
+CHAT_ROLES = ("user", "assistant", "system", "model")
+_ROLE_LINE = re.compile(r"(?:^|\n)\s*(?:" + "|".join(CHAT_ROLES) + r")\s*(?:\n|$)")
+
+
+def control_token_ids(tokenizer, allowed) -> list[int]:
+    """The tokenizer's special (control) tokens except ``allowed`` (the end-of-response ids).
+
+    A chat template's role headers are special tokens ("<|im_start|>user"): they are dropped when
+    a response is decoded, but the role name after them is text, so a model that starts a new
+    turn leaks "...\nuser\nWho invented comic books." into the answer. A response has no use
+    for any control token but the one that ends it, so a decoder-only model's guards ban them
+    all (encoder-decoder decoders are left alone: some force a start token)."""
+    keep = {int(i) for i in ([allowed] if isinstance(allowed, int) else allowed or [])}
+    ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+    ids.update(i for i, token in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).items() if token.special)
+    return sorted(i for i in ids if i not in keep)
+
+
+def layout_guards(tokenizer, model, format=None) -> list[LogitsProcessor]:
+    """The processors behind ``block_layout_markers``: the :class:`LayoutMarkerGuard` of the
+    layout's markers and, for a decoder-only model, transformers' ``SuppressTokensLogitsProcessor``
+    over :func:`control_token_ids` (every control token but the model's end token)."""
+    from transformers.generation.logits_process import SuppressTokensLogitsProcessor
+
+    guards: list[LogitsProcessor] = [LayoutMarkerGuard(tokenizer, layout_markers(format))]
+    if not model.config.is_encoder_decoder:
+        control = control_token_ids(tokenizer, model.generation_config.eos_token_id)
+        if control:
+            guards.append(SuppressTokensLogitsProcessor(control, device=model.device))
+    return guards
+
+
+def chat_role_leak(response: str) -> bool:
+    """True when a decoded response holds a line that is only a chat role name ("user", "model"):
+    the trace of a role header whose special token was dropped in decoding."""
+    return bool(_ROLE_LINE.search(response))
 
 
 def layout_markers(format=None, tokenizer=None) -> list[str]:

@@ -116,3 +116,8 @@ def test_config_refuses_a_non_boolean_normalize(tmp_path):
         cd.load_config(str(path))
     path.write_text("systems:\n  a: {alpha: 0.5, normalize: true}\n")
     assert cd._decode_options(CONFIG, cd.load_config(str(path))["systems"]["a"])["normalize_scores"] is True
+
+
+def test_layout_leaks_see_markers_and_chat_role_lines():
+    leaks = cd.layout_leaks(["Document: the FDA says", "Sure.\nuser\nWho invented comics?", "The user asked.", "Fine."])
+    assert leaks == [1.0, 1.0, 0.0, 0.0]

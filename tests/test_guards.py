@@ -11,7 +11,7 @@ from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 from transformers import LogitsProcessor
 
 from pmi_decode import build_inputs, decode_records, pmi_generate
-from pmi_decode.guards import LayoutMarkerGuard, layout_markers
+from pmi_decode.guards import LayoutMarkerGuard, chat_role_leak, control_token_ids, layout_guards, layout_markers
 
 MARKERS = ["Document:", "User:", "Agent:"]
 
@@ -151,7 +151,7 @@ def test_decode_records_applies_and_records_the_guards():
                               compare=True, no_repeat_ngram_size=2, block_layout_markers=True, progress=False))
     settings = out[0]["settings"]
     assert settings["alpha"] == "adaptive:1:0.5"
-    assert settings["no_repeat_ngram_size"] == 2 and settings["block_layout_markers"] is True
+    assert settings["no_repeat_ngram_size"] == 2 and settings["block_layout_markers"] == "markers+control_tokens"
     for rec in out:
         for key in ("pmi_response", "plain_response"):
             assert not any(m in rec[key] for m in layout_markers())
@@ -270,3 +270,56 @@ def test_numbered_marker_forced_by_the_model_cannot_be_generated(paired):
     guard = LayoutMarkerGuard(tok, layout_markers())
     guarded = _responses(tok, pmi_generate(model, inputs, logits_processor=[push, guard], **kwargs), prompt_len)
     assert not any(re.search(r"(Document|User|Agent)\s*\d*\s*:", text) for text in guarded), guarded
+
+
+class TowardToken(torch.nn.Module):
+    """A forward hook that makes the output layer favour one token by a wide margin."""
+
+    def __init__(self, token_id: int):
+        super().__init__()
+        self.token_id = token_id
+
+    def __call__(self, module, args, output):
+        output = output.clone()
+        output[..., self.token_id] += 50.0
+        return output
+
+
+def test_control_tokens_of_a_chat_tokenizer():
+    tok = tiny_tokenizer("llama", chat=True)
+    start = tok.convert_tokens_to_ids("<|im_start|>")
+    ids = control_token_ids(tok, allowed=tok.eos_token_id)
+    assert start in ids and tok.eos_token_id not in ids
+    assert control_token_ids(tok, allowed=[tok.eos_token_id, start]) == [i for i in ids if i != start]
+    for leak in ("Sure.\nuser\nWho invented comic books?", "model\nYes.", "It is.\nassistant"):
+        assert chat_role_leak(leak), leak
+    for fine in ("The user asked about comics.", "A model railway.", "user-friendly"):
+        assert not chat_role_leak(fine), fine
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_a_chat_role_header_cannot_be_generated(paired):
+    """A model that wants to open a new turn ("<|im_start|>user") cannot under the layout guards,
+    in both pmi_generate paths; without them it does."""
+    tok, model = tiny_tokenizer("llama", chat=True), tiny_model("llama")
+    start = tok.convert_tokens_to_ids("<|im_start|>")
+    handle = model.get_output_embeddings().register_forward_hook(TowardToken(start))
+    try:
+        inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model,
+                              chat_template=True)
+        width = inputs["conditional"]["input_ids"].shape[1]
+        kwargs = dict(alpha=0.5, p=0.9, paired=paired, num_beams=3, max_new_tokens=6, min_new_tokens=6)
+        free = pmi_generate(model, inputs, **kwargs)[:, width:]
+        assert bool((free == start).any()), "the push must work, or the test proves nothing"
+        guarded = pmi_generate(model, inputs, logits_processor=layout_guards(tok, model), **kwargs)[:, width:]
+        assert not bool((guarded == start).any())
+        assert not bool(torch.isin(guarded, torch.tensor(control_token_ids(tok, model.generation_config.eos_token_id))).any())
+    finally:
+        handle.remove()
+
+
+def test_encoder_decoder_decoders_keep_their_control_tokens():
+    """BART-like decoders may be forced to start with <s>: only the marker guard applies."""
+    tok, model = tiny_tokenizer("bart"), tiny_model("bart")
+    guards = layout_guards(tok, model)
+    assert len(guards) == 1 and isinstance(guards[0], LayoutMarkerGuard)
