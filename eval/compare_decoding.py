@@ -121,6 +121,14 @@ def _decode_options(config, system: dict) -> dict:
     )
 
 
+def _record_options(config) -> dict:
+    """The decode_records options every system shares; the settings a rerun expects are built
+    from the same dict, so finished dialogues resume."""
+    return dict(batch_size=int(config.get("batch_size", 4)), model_name=config["generator"],
+                max_length=config.get("max_length"), max_history_turns=config.get("max_history_turns"),
+                chat_template=config.get("chat_template"))
+
+
 def decode(config, inputs: list[dict]) -> None:
     """Turn-major: each block of ``batch_size`` turns is decoded by every system before the next
     block starts, so that whenever the run is stopped all systems cover the same turns."""
@@ -131,8 +139,8 @@ def decode(config, inputs: list[dict]) -> None:
     batch_size = int(config.get("batch_size", 4))
     plans = []
     for name, system in config["systems"].items():
-        options = _decode_options(config, system)
-        settings = decode_settings(do_sample=False, model_name=config["generator"], **options)
+        options = dict(_decode_options(config, system), **_record_options(config))
+        settings = decode_settings(do_sample=False, **options)
         path = _paths(config, name)["generations"]
         plans.append((name, options, path, read_done_ids(path, settings)))
     started = time.time()
@@ -145,11 +153,7 @@ def decode(config, inputs: list[dict]) -> None:
             if model is None:
                 model, tokenizer = load_model_and_tokenizer(config["generator"])
             start = time.time()
-            outputs = decode_records(
-                todo, model, tokenizer, batch_size=batch_size, model_name=config["generator"],
-                max_length=config.get("max_length"), max_history_turns=config.get("max_history_turns"),
-                chat_template=config.get("chat_template"), progress=False, **options,
-            )
+            outputs = decode_records(todo, model, tokenizer, progress=False, **options)
             write_records(path, outputs)
             done.update(r["id"] for r in todo)
             print(f"[decode] turns {block + len(turns)}/{len(inputs)} {name}: {time.time() - start:.0f} s "

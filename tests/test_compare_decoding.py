@@ -121,3 +121,22 @@ def test_config_refuses_a_non_boolean_normalize(tmp_path):
 def test_layout_leaks_see_markers_and_chat_role_lines():
     leaks = cd.layout_leaks(["Document: the FDA says", "Sure.\nuser\nWho invented comics?", "The user asked.", "Fine."])
     assert leaks == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_a_rerun_expects_the_settings_decode_records_writes(tmp_path):
+    """The comparison resumes: the settings it checks finished files against are those
+    decode_records stores, for plain and guarded systems alike."""
+    from tiny_models import DIALOGUES, saved_tiny_model
+
+    from pmi_decode.decode_file import decode_records, decode_settings, read_done_ids, write_records
+    from pmi_decode.models import load_model_and_tokenizer
+
+    folder = saved_tiny_model(tmp_path / "tiny")
+    model, tok = load_model_and_tokenizer(folder)
+    config = dict(CONFIG, generator=folder, batch_size=2, max_length=64, max_history_turns=2, num_beams=2)
+    records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]
+    for system in ({"alpha": 0}, {"alpha": 0.5, "p": 0.9, "guards": True, "conditional_end": True}):
+        options = dict(cd._decode_options(config, system), **cd._record_options(config))
+        path = tmp_path / f"{len(system)}.jsonl"
+        write_records(path, decode_records(records, model, tok, progress=False, **options))
+        assert read_done_ids(path, decode_settings(do_sample=False, **options)) == {r["id"] for r in records}
