@@ -113,8 +113,8 @@ def _add_guard_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--conditional-end", action="store_true",
         help="let the model with the document alone decide when a response ends: the end token keeps its "
-        "conditional probability and PMI shares the rest among the other tokens (normalised scores). Without "
-        "it the document's words outbid the end token and beam-search responses run to --max-new-tokens",
+        "conditional probability and PMI shares the rest among the other tokens. Without it the document's "
+        "words outbid the end token and beam-search responses run to --max-new-tokens",
     )
     parser.add_argument(
         "--allow-layout-markers", dest="block_layout_markers", action="store_false",

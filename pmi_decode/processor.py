@@ -102,7 +102,7 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
     never positive, as plain decoding's are.
 
     ``end_ids`` (the end-of-response token ids): the conditional model alone decides when the
-    response ends (see :func:`conditional_end_scores`); the result is normalised."""
+    response ends (see :func:`conditional_end_scores`, which ``normalize`` is passed to)."""
     lp_c = torch.log_softmax(scores, dim=-1)
     keep = nucleus_mask(lp_c, p)
     if isinstance(alpha, AdaptiveAlpha) and lp_u is not None:
@@ -119,20 +119,25 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
         combined = torch.where(some, (1.0 - alpha) * lp_c + alpha * (lp_c - lp_u), lp_c)
     out = torch.where(keep, combined, torch.full_like(combined, -math.inf))
     if end_ids is not None:
-        return conditional_end_scores(lp_c, out, end_ids)
+        return conditional_end_scores(lp_c, out, end_ids, normalize)
     return torch.log_softmax(out, dim=-1) if normalize else out
 
 
-def conditional_end_scores(lp_c: torch.Tensor, pmi: torch.Tensor, end_ids: torch.Tensor) -> torch.Tensor:
-    """Step log-probabilities in which ending the response is the conditional model's decision
-    and PMI only chooses among the other tokens.
+def conditional_end_scores(lp_c: torch.Tensor, pmi: torch.Tensor, end_ids: torch.Tensor,
+                           normalize: bool = False) -> torch.Tensor:
+    """Step scores in which ending the response is the conditional model's decision and PMI
+    only chooses among the other tokens.
 
     The PMI term rewards the document's words and gives the end token almost nothing (the
-    document-free model also expects the answer to end there), so raw or normalised PMI scores
-    make beams run to the length limit and cut sentences off. Here, over the candidates (the
-    finite entries of ``pmi``): an end token gets its conditional probability renormalised over
+    document-free model also expects the answer to end there), so PMI scores make beams run to
+    the length limit and cut sentences off. Here, over the candidates (the finite entries of
+    ``pmi``), a distribution q: an end token gets its conditional probability renormalised over
     the candidates, and every other candidate shares the rest of the mass in proportion to
-    exp(PMI score). With alpha = 0 this is the conditional nucleus distribution."""
+    exp(PMI score). ``normalize``: return log q. Otherwise return log q + L, L the log-sum-exp
+    of the row's PMI scores: each row keeps the total its PMI scores carry (how strongly the
+    document pulls at this step), which beam search credits to every continuation of the row,
+    ending included; a row with no end token among its candidates gets its PMI scores back
+    (up to rounding). With alpha = 0 either form is plain (nucleus) decoding."""
     keep = torch.isfinite(pmi)
     if end_ids.numel() and int(end_ids.max()) >= pmi.shape[-1]:
         raise ValueError(f"end token id {int(end_ids.max())} is outside the vocabulary of {pmi.shape[-1]} tokens")
@@ -144,7 +149,8 @@ def conditional_end_scores(lp_c: torch.Tensor, pmi: torch.Tensor, end_ids: torch
     p_end = torch.where(end, lp_end.exp(), torch.zeros_like(lp_end)).sum(dim=-1, keepdim=True).clamp(max=1.0)
     # rows whose candidates are all end tokens give NaN here, but none of it is selected below
     lp_rest = torch.log_softmax(torch.where(rest, pmi, minus_inf), dim=-1)
-    return torch.where(end, lp_end, torch.where(rest, torch.log1p(-p_end) + lp_rest, minus_inf))
+    out = torch.where(end, lp_end, torch.where(rest, torch.log1p(-p_end) + lp_rest, minus_inf))
+    return out if normalize else out + torch.logsumexp(pmi, dim=-1, keepdim=True)
 
 
 def _end_token_ids(value) -> torch.Tensor:
@@ -479,9 +485,10 @@ class PMIDecode(LogitsProcessor):
             the PMI-reweighted distribution, whose beams end as plain decoding's do.
         conditional_end: let the conditional model alone decide when the response ends: the
             end tokens keep their conditional probability (within the nucleus) and PMI shares
-            the rest among the other candidates (see :func:`conditional_end_scores`). Made for
-            beam search, where raw PMI lets the document's words outbid the end token and
-            responses run to the length limit. The scores are normalised.
+            the rest among the other candidates, each row keeping the total of its PMI scores
+            (see :func:`conditional_end_scores`; with ``normalize`` the scores are the
+            log-probabilities). Made for beam search, where the document's words outbid the end
+            token and responses run to the length limit.
         eos_token_id: the end token id(s) for ``conditional_end``; by default the model's
             ``generation_config.eos_token_id`` (the model given here, or to :meth:`stack`).
             Pass the same ids you pass to ``generate``.

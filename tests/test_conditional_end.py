@@ -1,6 +1,7 @@
 """PMIDecode(conditional_end=True): the end token keeps its conditional probability (within the
-nucleus) and PMI shares the rest among the other candidates. Exact against a slow per-row
-reference in every mode, both architectures and both pmi_generate paths."""
+nucleus), PMI shares the rest among the other candidates, and each row keeps the total of its
+PMI scores (or, with normalize=True, the scores are the log-probabilities). Exact against a slow
+per-row reference in every mode, both architectures and both pmi_generate paths."""
 
 import functools
 import json
@@ -17,8 +18,8 @@ from pmi_decode import PMIDecode, conditional_end_scores, pmi_generate, pmi_scor
 class SlowConditionalEnd(LogitsProcessor):
     """The reference PMI scores, then the end rule written out token by token for each row."""
 
-    def __init__(self, pmi_reference, end_ids):
-        self.pmi_reference, self.end_ids = pmi_reference, set(end_ids)
+    def __init__(self, pmi_reference, end_ids, normalize=False):
+        self.pmi_reference, self.end_ids, self.normalize = pmi_reference, set(end_ids), normalize
 
     def __call__(self, input_ids, scores):
         pmi = self.pmi_reference(input_ids, scores)
@@ -30,12 +31,14 @@ class SlowConditionalEnd(LogitsProcessor):
             ends = [v for v in candidates if v in self.end_ids]
             others = [v for v in candidates if v not in self.end_ids]
             p_end = sum(math.exp(lp_c[r, v].item()) for v in ends) / nucleus_mass
+            # the row's PMI total, kept unless normalising
+            shift = 0.0 if self.normalize else math.log(sum(math.exp(pmi[r, v].item()) for v in candidates))
             for v in ends:
-                out[r, v] = math.log(math.exp(lp_c[r, v].item()) / nucleus_mass)
+                out[r, v] = math.log(math.exp(lp_c[r, v].item()) / nucleus_mass) + shift
             if others:
                 total = sum(math.exp(pmi[r, v].item()) for v in others)
                 for v in others:
-                    out[r, v] = math.log((1.0 - p_end) * math.exp(pmi[r, v].item()) / total)
+                    out[r, v] = math.log((1.0 - p_end) * math.exp(pmi[r, v].item()) / total) + shift
         return out
 
 
@@ -51,7 +54,7 @@ def end_token(kind: str) -> int:
     for end in values[counts.argsort(descending=True, stable=True)][:6].tolist():
         runs = [generate(model, inputs, [PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"],
                                                    eos_token_id=end, **option)], "beam", eos_token_id=end)
-                for option in (dict(conditional_end=True), dict(normalize=True))]
+                for option in (dict(conditional_end=True), dict())]
         if not torch.equal(*runs):
             return end
     raise AssertionError("no frequent token makes the end rule change beam search: the tests would prove nothing")
@@ -65,7 +68,11 @@ def test_rows_are_distributions_with_the_conditional_end_mass():
     end_ids = sorted({int(scores[0].argmax()), int(scores[1].argmax()), 7})
     ends = torch.tensor(end_ids)
     pmi = pmi_scores(scores, lp_u, 0.5, 0.8)
-    out = pmi_scores(scores, lp_u, 0.5, 0.8, end_ids=ends)
+    out = pmi_scores(scores, lp_u, 0.5, 0.8, normalize=True, end_ids=ends)
+    kept = pmi_scores(scores, lp_u, 0.5, 0.8, end_ids=ends)
+    # without normalize each row keeps its PMI total: the same distribution shifted by it
+    totals = torch.logsumexp(pmi, dim=-1, keepdim=True)
+    assert torch.allclose(kept[torch.isfinite(kept)], (out + totals)[torch.isfinite(out)])
     assert torch.equal(torch.isinf(out), torch.isinf(pmi))  # same candidates
     assert torch.allclose(torch.logsumexp(out, dim=-1), torch.zeros(4, dtype=out.dtype))
     keep = torch.isfinite(pmi)
@@ -81,21 +88,40 @@ def test_rows_are_distributions_with_the_conditional_end_mass():
     assert bool(keep[0, end_ids].any() and keep[1, end_ids].any()), "end tokens must be candidates"
 
 
-def test_alpha_zero_is_the_conditional_nucleus_distribution():
+def test_alpha_zero_is_plain_nucleus_decoding():
     torch.manual_seed(1)
     scores = torch.randn(3, 30, dtype=torch.float64) * 2
     lp_u = torch.log_softmax(torch.randn(3, 30, dtype=torch.float64), dim=-1)
-    out = pmi_scores(scores, lp_u, 0.0, 0.7, end_ids=torch.tensor([0]))
-    plain = pmi_scores(scores, None, 0.0, 0.7, normalize=True)
-    assert torch.allclose(out, plain) and torch.equal(torch.isinf(out), torch.isinf(plain))
+    end = torch.tensor([int(scores[0].argmax())])
+    for normalize in (True, False):
+        out = pmi_scores(scores, lp_u, 0.0, 0.7, normalize=normalize, end_ids=end)
+        plain = pmi_scores(scores, None, 0.0, 0.7, normalize=normalize)
+        assert torch.allclose(out, plain) and torch.equal(torch.isinf(out), torch.isinf(plain))
+
+
+def test_rows_without_an_end_candidate_keep_their_pmi_scores():
+    torch.manual_seed(2)
+    scores = torch.randn(4, 30, dtype=torch.float64) * 3
+    lp_u = torch.log_softmax(torch.randn(4, 30, dtype=torch.float64) * 3, dim=-1)
+    pmi = pmi_scores(scores, lp_u, 0.5, 0.8)
+    end = int(scores[0].argmax())
+    out = pmi_scores(scores, lp_u, 0.5, 0.8, end_ids=torch.tensor([end]))
+    without = ~torch.isfinite(pmi[:, end])
+    assert bool(without.any()) and bool((~without).any())
+    assert torch.allclose(out[without], pmi[without]) and torch.equal(torch.isinf(out), torch.isinf(pmi))
+    assert not torch.allclose(out[~without], pmi[~without])
 
 
 def test_a_nucleus_of_end_tokens_only_and_bad_ids():
     scores = torch.full((1, 10), -5.0)
     scores[0, 2] = 10.0
-    out = pmi_scores(scores, torch.log_softmax(torch.zeros(1, 10), -1), 0.5, 0.5, end_ids=torch.tensor([2]))
+    lp_u = torch.log_softmax(torch.zeros(1, 10), -1)
+    out = pmi_scores(scores, lp_u, 0.5, 0.5, normalize=True, end_ids=torch.tensor([2]))
     assert out[0, 2].item() == 0.0 and bool(torch.isinf(out[0, [0, 1, 3]]).all())
     assert not bool(torch.isnan(out).any())
+    kept = pmi_scores(scores, lp_u, 0.5, 0.5, end_ids=torch.tensor([2]))
+    assert math.isclose(kept[0, 2].item(), pmi_scores(scores, lp_u, 0.5, 0.5)[0, 2].item(), rel_tol=1e-6)
+    assert not bool(torch.isnan(kept).any())
     with pytest.raises(ValueError, match="outside the vocabulary"):
         conditional_end_scores(torch.zeros(1, 10), torch.zeros(1, 10), torch.tensor([12]))
     for bad in ("2", -1, [], [2.5], True):
@@ -106,14 +132,14 @@ def test_a_nucleus_of_end_tokens_only_and_bad_ids():
 
 
 @pytest.mark.parametrize("kind", ["llama", "bart"])
-@pytest.mark.parametrize("mode", list(MODES))
-def test_equals_slow_reference(kind, mode):
+@pytest.mark.parametrize("mode,normalize", [(m, False) for m in MODES] + [("beam", True), ("beam_sampling", True)])
+def test_equals_slow_reference(kind, mode, normalize):
     model, inputs = setup(kind)
     end = end_token(kind)
     proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"], conditional_end=True,
-                     eos_token_id=end)
+                     normalize=normalize, eos_token_id=end)
     fast = generate(model, inputs, [proc], mode, eos_token_id=end)
-    slow = generate(model, inputs, [SlowConditionalEnd(reference(model, inputs, 0.5, 0.9), [end])], mode,
+    slow = generate(model, inputs, [SlowConditionalEnd(reference(model, inputs, 0.5, 0.9), [end], normalize)], mode,
                     eos_token_id=end)
     assert torch.equal(fast, slow)
 
