@@ -224,3 +224,29 @@ def test_widen_refuses_a_projection_of_the_wrong_width():
     assert int(torch.isfinite(full).sum()) == 3 and full[0, 0].item() == -math.inf
     with pytest.raises(ValueError, match="nucleus_projection=False"):
         projection.widen(torch.zeros(1, 4), columns)
+
+
+def test_gemma_final_logit_soft_cap_is_column_by_column():
+    """Gemma 2 soft-caps its logits after the head (tanh, elementwise): the check on the first
+    forward accepts it, restricted forwards run, and the tokens equal the reference's."""
+    from tiny_models import DIALOGUES, tiny_tokenizer
+    from transformers import AutoModelForCausalLM, Gemma2Config
+
+    from pmi_decode import build_inputs
+
+    torch.manual_seed(0)
+    cfg = Gemma2Config(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, final_logit_softcapping=8.0,
+                       sliding_window=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = AutoModelForCausalLM.from_config(cfg).to(torch.float64).eval()
+    head = model.get_output_embeddings()
+    head.weight = torch.nn.Parameter(head.weight.detach().clone() * 32.0)  # peaked, as tiny_models.PEAKED
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, 2
+    tok = tiny_tokenizer("llama")
+    inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
+    slow = generate(model, inputs, [SlowNormalized(reference(model, inputs, 0.5, 0.9))], "beam")
+    widths = projected_widths(model)
+    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"], normalize=True)
+    fast = generate(model, inputs, [proc], "beam")
+    assert proc._branch.projection is not None and any(w < cfg.vocab_size for w in widths)
+    assert torch.equal(fast, slow)
