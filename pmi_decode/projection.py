@@ -15,9 +15,9 @@ forward that fails halfway has already appended to the KV cache):
 * on the branch's first forward, which projects onto the whole vocabulary anyway: the model's
   logits must equal what the head returned, after the only steps known to follow it in
   transformers' models that are column by column: BART-family ``final_logits_bias`` (sliced to
-  the same columns) and Gemma's final logit soft-cap (elementwise). Anything else after the
-  head (a rescaling that depends on the row, a wrapper's hook) fails the check, and the branch
-  keeps the full projection.
+  the same columns), Gemma's final logit soft-cap (elementwise) and a cast of the dtype.
+  Anything else after the head (a rescaling that depends on the row, a wrapper's hook) fails
+  the check, and the branch keeps the full projection.
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ class ColumnProjection:
             expected = expected + bias.to(expected.device)
         if self.softcap is not None:
             expected = torch.tanh(expected / self.softcap) * self.softcap
-        self.verified = bool(torch.equal(expected, logits))
+        # a cast (some models upcast the head's output) is column by column too
+        self.verified = bool(torch.equal(expected.to(logits.dtype), logits))
         return self.verified
 
     @contextlib.contextmanager

@@ -251,3 +251,14 @@ def test_gemma_final_logit_soft_cap_is_column_by_column():
     fast = generate(model, inputs, [proc], "beam")
     assert proc._branch.projection is not None and any(w < cfg.vocab_size for w in widths)
     assert torch.equal(fast, slow)
+
+
+def test_a_model_that_upcasts_its_logits_keeps_the_restriction():
+    """Some models cast the head's output to float32; a cast is column by column."""
+    model, inputs = setup("llama", dtype=torch.float32)
+    model.register_forward_hook(lambda module, args, output: setattr(output, "logits", output.logits.double()))
+    slow = generate(model, inputs, [SlowNormalized(reference(model, inputs, 0.5, 0.9))], "beam")
+    widths = projected_widths(model)
+    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"], normalize=True)
+    assert torch.equal(generate(model, inputs, [proc], "beam"), slow)
+    assert proc._branch.projection is not None and any(w < model.config.vocab_size for w in widths)
