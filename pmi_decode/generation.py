@@ -30,7 +30,7 @@ from transformers.generation.logits_process import (
     NoRepeatNGramLogitsProcessor,
 )
 
-from .adaptive import resolve_alpha
+from .adaptive import AdaptiveAlpha, resolve_alpha
 from .processor import PMIDecode, prefill
 
 logger = logging.getLogger(__name__)
@@ -283,8 +283,12 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     if paired is False or blocker:
         if blocker:
             logger.info("pmi_generate: separate-cache path (%s)", blocker)
+        # greedy search and sampling: a per-row constant in the branch's log-probs changes no token
+        # (the returned scores would shift by it, so not with output_scores); otherwise automatic
+        one_row_each = ((config.num_beams or 1) == 1 and not config.output_scores
+                        and not isinstance(alpha, AdaptiveAlpha))
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
-                         conditional_end=conditional_end, eos_token_id=ends)
+                         conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
         if share_prompt and "past_key_values" not in kwargs and config.cache_implementation is None:
             cache = prompt_cache(model, cond, _expansion(config))

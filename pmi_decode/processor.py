@@ -32,6 +32,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from transformers.modeling_outputs import BaseModelOutput
 
 from .adaptive import AdaptiveAlpha, resolve_alpha
+from .projection import ColumnProjection
 
 __all__ = [
     "PMIDecode", "pmi_scores", "conditional_end_scores", "nucleus_mask", "validate_alpha_p", "prefill", "stack_inputs",
@@ -229,10 +230,17 @@ def _left_padded(ids: torch.LongTensor, mask: torch.Tensor, pad_id: int) -> tupl
 
 
 class _UnconditionalBranch:
-    """The document-free branch of one generation: its own KV cache, advanced one token a step."""
+    """The document-free branch of one generation: its own KV cache, advanced one token a step.
 
-    def __init__(self, model, inputs: dict, input_ids: torch.LongTensor, prompts: int | None):
+    ``project_columns``: later steps may project onto chosen vocabulary columns only (see
+    :meth:`step`); the first forward projects onto the whole vocabulary and decides whether the
+    model's head allows it (:class:`~pmi_decode.projection.ColumnProjection`)."""
+
+    def __init__(self, model, inputs: dict, input_ids: torch.LongTensor, prompts: int | None,
+                 project_columns: bool = False):
         self.model = model
+        self.projection = ColumnProjection(model) if project_columns else None
+        watch = self.projection.watch() if self.projection is not None else contextlib.nullcontext()
         self.enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         rows, batch = input_ids.shape[0], ids.shape[0]
@@ -246,7 +254,7 @@ class _UnconditionalBranch:
         self.prompt_len = input_ids.shape[1]
         if not self.enc_dec:
             self._check_grouping(input_ids, ids, mask)
-        with torch.no_grad(), _branch_forward():
+        with torch.no_grad(), _branch_forward(), watch:
             if self.enc_dec:
                 encoder = model.get_encoder()
                 enc = encoder(input_ids=ids, attention_mask=mask, return_dict=True)
@@ -266,7 +274,10 @@ class _UnconditionalBranch:
                 self.use_positions = _accepts(model, "position_ids")
                 self.cache, logits = prefill(model, ids, mask, self.repeats)
                 self.mask = mask.repeat_interleave(self.repeats, dim=0)
-                logits = logits.repeat_interleave(self.repeats, dim=0)
+        if self.projection is not None and not self.projection.verify(logits):
+            self.projection = None  # a head it cannot restrict exactly: every step projects in full
+        if not self.enc_dec:
+            logits = logits.repeat_interleave(self.repeats, dim=0)
         self.last_ids = input_ids.clone()
         self.first_logits = logits
 
@@ -311,11 +322,18 @@ class _UnconditionalBranch:
         base = torch.arange(0, rows, k, device=input_ids.device).unsqueeze(1)
         return (local + base).reshape(-1)
 
-    def step(self, input_ids: torch.LongTensor, parents: torch.LongTensor) -> torch.Tensor:
+    def step(self, input_ids: torch.LongTensor, parents: torch.LongTensor,
+             columns: torch.LongTensor | None = None) -> torch.Tensor:
+        """The next-token logits of every row. With ``columns`` (and a head that allows it), only
+        those columns are projected: the others come back as -inf."""
         if not bool((parents == torch.arange(parents.numel(), device=parents.device)).all()):
             self.cache.reorder_cache(parents)
         token = input_ids[:, -1:]
-        with torch.no_grad(), _branch_forward():
+        if columns is None or self.projection is None:
+            columns, restrict = None, contextlib.nullcontext()
+        else:
+            restrict = self.projection.restricted(columns)
+        with torch.no_grad(), _branch_forward(), restrict:
             if self.enc_dec:
                 out = self.model(
                     encoder_outputs=self.encoder_outputs,
@@ -339,7 +357,8 @@ class _UnconditionalBranch:
                 out = self.model(**kwargs)
         self.cache = out.past_key_values
         self.last_ids = input_ids.clone()
-        return out.logits[:, -1]
+        logits = out.logits[:, -1]
+        return logits if columns is None else self.projection.widen(logits, columns)
 
 
 def _pad_id(model) -> int:
@@ -492,6 +511,20 @@ class PMIDecode(LogitsProcessor):
         eos_token_id: the end token id(s) for ``conditional_end``; by default the model's
             ``generation_config.eos_token_id`` (the model given here, or to :meth:`stack`).
             Pass the same ids you pass to ``generate``.
+        nucleus_projection: separate mode: run the document-free branch's output projection
+            (``lm_head``) on the conditional nucleus only (the union over the batch's rows) instead
+            of the whole vocabulary, from the second step on. Its log-probabilities are then
+            normalised over those tokens, so they are off by one constant per row: exact wherever
+            that constant cancels. ``None`` (default): on where it is exact in every ``generate``
+            mode, i.e. with ``normalize`` or ``conditional_end`` and a fixed alpha. ``True``: also
+            with raw scores, where you assert that the mode is greedy search or sampling (one
+            constant per row changes neither the argmax nor the softmax, but the ``scores``
+            generate returns with ``output_scores`` are then shifted by it); never with raw scores
+            in beam search or beam sampling, which compare cumulative scores across rows. Refused
+            with an adaptive alpha (it needs the whole document-free distribution) and in paired
+            mode. ``False``: always the full projection. The projection stays full for a step
+            whose nucleus union covers more than half of the vocabulary, and for models whose
+            head cannot be restricted exactly (see :mod:`pmi_decode.projection`).
 
     Two ways to use it:
 
@@ -541,8 +574,11 @@ class PMIDecode(LogitsProcessor):
         normalize: bool = False,
         conditional_end: bool = False,
         eos_token_id: int | list[int] | None = None,
+        nucleus_projection: bool | None = None,
     ):
         self.alpha, self.p = resolve_alpha(alpha, p)
+        if nucleus_projection is not None and not isinstance(nucleus_projection, bool):
+            raise ValueError(f"nucleus_projection must be None, True or False, got {nucleus_projection!r}")
         for name, flag in (("normalize", normalize), ("conditional_end", conditional_end)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be True or False, got {flag!r}")
@@ -564,6 +600,7 @@ class PMIDecode(LogitsProcessor):
             )
         if conditional_processors and not self.paired:
             raise ValueError("conditional_processors is for paired mode only; give them to generate instead")
+        self.nucleus_projection = self._projection_rule(nucleus_projection)
         self.conditional_processors = LogitsProcessorList(conditional_processors or [])
         self.model = model
         self.unconditional_inputs = None
@@ -644,6 +681,28 @@ class PMIDecode(LogitsProcessor):
 
     # ---- separate mode ------------------------------------------------------------------------
 
+    def _projection_rule(self, requested: bool | None) -> bool:
+        """Whether the branch projects onto the nucleus only (see ``nucleus_projection``)."""
+        adaptive = isinstance(self.alpha, AdaptiveAlpha)
+        if requested is True:
+            if self.paired:
+                raise ValueError("nucleus_projection is for separate mode (model= and unconditional_inputs=): in "
+                                 "paired mode generate runs the document-free rows itself")
+            if adaptive:
+                raise ValueError("nucleus_projection=True cannot be used with an adaptive alpha: its weight needs "
+                                 "the whole document-free distribution, not the nucleus alone")
+            return True
+        if requested is False or self.paired or adaptive:
+            return False
+        return self.normalize or self.conditional_end
+
+    def _nucleus_columns(self, scores: torch.Tensor) -> torch.LongTensor | None:
+        """The vocabulary columns the branch must project this step: the union of the rows'
+        nuclei, or None (project everything) where that is more than half of the vocabulary."""
+        keep = nucleus_mask(torch.log_softmax(scores, dim=-1), self.p).any(dim=0)
+        columns = keep.nonzero().flatten()
+        return columns if 2 * columns.numel() <= scores.shape[-1] else None
+
     @staticmethod
     def _check_unconditional(inputs, model) -> dict:
         if not hasattr(inputs, "keys") or "input_ids" not in inputs or "attention_mask" not in inputs:
@@ -665,7 +724,11 @@ class PMIDecode(LogitsProcessor):
             ids, mask = _left_padded(ids, mask, _pad_id(model))
         return {"input_ids": ids, "attention_mask": mask}
 
-    def _unconditional_log_probs(self, input_ids: torch.LongTensor, dtype) -> torch.Tensor:
+    def _unconditional_log_probs(self, input_ids: torch.LongTensor, dtype,
+                                 nucleus_of: torch.Tensor | None = None) -> torch.Tensor:
+        """Document-free log-probabilities of every row. ``nucleus_of``: the step's conditional
+        scores; where the branch can restrict its projection, the result covers their nuclei
+        only, normalised over those tokens (-inf elsewhere)."""
         if getattr(self.model, "training", False):
             raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
         if self._starts_generation(input_ids) or self._branch is None:
@@ -674,7 +737,8 @@ class PMIDecode(LogitsProcessor):
             runs, self._encoder_runs = [ids.shape[0] for ids in self._encoder_runs], []
             batch = self.unconditional_inputs["input_ids"].shape[0]
             prompts = None if not runs or batch in runs else runs[-1]
-            self._branch = _UnconditionalBranch(self.model, self.unconditional_inputs, input_ids, prompts)
+            self._branch = _UnconditionalBranch(self.model, self.unconditional_inputs, input_ids, prompts,
+                                                project_columns=self.nucleus_projection)
             logits = self._branch.first_logits
         else:
             parents = self._branch.parents(input_ids)
@@ -685,7 +749,9 @@ class PMIDecode(LogitsProcessor):
                     "and sequences edited between steps are not supported; call pmi.reset() before reusing the "
                     "processor on unrelated sequences"
                 )
-            logits = self._branch.step(input_ids, parents)
+            restrict = nucleus_of is not None and self._branch.projection is not None
+            columns = self._nucleus_columns(nucleus_of) if restrict else None
+            logits = self._branch.step(input_ids, parents, columns)
         self._encoder_runs = []
         if bool(torch.isnan(logits).any()):
             rows = torch.isnan(logits).any(-1).nonzero().flatten().tolist()
@@ -786,7 +852,9 @@ class PMIDecode(LogitsProcessor):
             return self._paired_call(input_ids, scores)
         if self.alpha == 0.0 and self.p >= 1.0:
             return scores
-        lp_u = self._unconditional_log_probs(input_ids, scores.dtype) if self.alpha != 0.0 else None
+        lp_u = None
+        if self.alpha != 0.0:
+            lp_u = self._unconditional_log_probs(input_ids, scores.dtype, scores if self.nucleus_projection else None)
         return pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends())
 
     def _ends(self) -> torch.Tensor | None:
