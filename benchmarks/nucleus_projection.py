@@ -5,8 +5,8 @@ plain decoding, on real Topical-Chat dialogues with the embedded SmolLM2-135M mo
     python benchmarks/nucleus_projection.py --threads 1 --batch-size 2 --max-new-tokens 48 --repeats 3
 
 ``pmi_generate(paired=False)`` in two settings: greedy search with raw scores (where it turns
-the nucleus-only projection on by itself) and beam search (4 beams) with ``conditional_end=True``
-(on automatically); the "full" rows are the very same calls with the processor built with
+the nucleus-only projection on by itself) and beam search (4 beams) with
+``conditional_end=True, normalize=True`` (on automatically); the "full" rows are the very same calls with the processor built with
 ``nucleus_projection=False``. Plain decoding runs in the same loop: ``generate`` for greedy, and
 for beam search ``generate`` with the prompt run once per dialogue (:func:`prompt_cache`, as
 ``pmi_generate`` does), so the ratios compare like with like. All calls of one setting decode
@@ -46,7 +46,8 @@ from pmi_decode.generation import prompt_cache  # noqa: E402
 from pmi_decode.processor import prefill  # noqa: E402
 from pmi_decode.projection import ColumnProjection  # noqa: E402
 
-SETTINGS = {"greedy-raw": dict(num_beams=1), "beam4-conditional-end": dict(num_beams=4, conditional_end=True)}
+SETTINGS = {"greedy-raw": dict(num_beams=1),
+            "beam4-conditional-end": dict(num_beams=4, conditional_end=True, normalize=True)}
 
 
 @contextlib.contextmanager

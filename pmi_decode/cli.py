@@ -24,6 +24,8 @@ DEFAULTS = dict(alpha=DEFAULT_ALPHA, p=0.9, num_beams=4, max_new_tokens=64, batc
 #: the document's words.
 GUARD_DEFAULTS = dict(no_repeat_ngram_size=0, response_no_repeat_ngram_size=3, repetition_penalty=1.0,
                       block_layout_markers=True)
+#: The end rule (PMIDecode(conditional_end=True)): see docs/decoding.md, "Ending responses".
+DEFAULT_CONDITIONAL_END = False
 DEMO_DEFAULTS = dict(alpha=DEFAULT_ALPHA, p=0.9, num_beams=4, max_new_tokens=40)
 
 
@@ -111,10 +113,11 @@ def _add_guard_arguments(parser: argparse.ArgumentParser) -> None:
         "end as plain decoding's do (raw PMI scores can be positive, which keeps beams going)",
     )
     parser.add_argument(
-        "--conditional-end", action="store_true",
+        "--conditional-end", action=argparse.BooleanOptionalAction, default=DEFAULT_CONDITIONAL_END,
         help="let the model with the document alone decide when a response ends: the end token keeps its "
         "conditional probability and PMI shares the rest among the other tokens. Without it the document's "
-        "words outbid the end token and beam-search responses run to --max-new-tokens",
+        "words outbid the end token and beam-search responses run to --max-new-tokens "
+        f"(default: {'on' if DEFAULT_CONDITIONAL_END else 'off'})",
     )
     parser.add_argument(
         "--allow-layout-markers", dest="block_layout_markers", action="store_false",

@@ -516,8 +516,9 @@ class PMIDecode(LogitsProcessor):
             of the whole vocabulary, from the second step on. Its log-probabilities are then
             normalised over those tokens, so they are off by one constant per row: exact wherever
             that constant cancels. ``None`` (default): on where it is exact in every ``generate``
-            mode, i.e. with ``normalize`` or ``conditional_end`` and a fixed alpha. ``True``: also
-            with raw scores, where you assert that the mode is greedy search or sampling (one
+            mode, i.e. with ``normalize`` (with or without ``conditional_end``) and a fixed alpha;
+            ``conditional_end`` alone keeps each row's PMI total, which the constant shifts, so it
+            counts as raw scores here. ``True``: also with raw scores, where you assert that the mode is greedy search or sampling (one
             constant per row changes neither the argmax nor the softmax, but the ``scores``
             generate returns with ``output_scores`` are then shifted by it); never with raw scores
             in beam search or beam sampling, which compare cumulative scores across rows. Refused
@@ -694,7 +695,8 @@ class PMIDecode(LogitsProcessor):
             return True
         if requested is False or self.paired or adaptive:
             return False
-        return self.normalize or self.conditional_end
+        # conditional_end without normalize keeps each row's PMI total, which the constant shifts
+        return self.normalize
 
     def _nucleus_columns(self, scores: torch.Tensor) -> torch.LongTensor | None:
         """The vocabulary columns the branch must project this step: the union of the rows'

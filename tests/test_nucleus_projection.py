@@ -20,9 +20,10 @@ CASES = {
     "greedy-raw": ("greedy", dict(nucleus_projection=True)),
     "sampling-raw": ("sampling", dict(nucleus_projection=True)),
     "beam-normalize": ("beam", dict(normalize=True)),
-    "beam-conditional-end": ("beam", dict(conditional_end=True)),
+    "beam-conditional-end": ("beam", dict(conditional_end=True, normalize=True)),
+    "greedy-conditional-end-raw": ("greedy", dict(conditional_end=True, nucleus_projection=True)),
     "beam-sampling-normalize": ("beam_sampling", dict(normalize=True)),
-    "beam-sampling-conditional-end": ("beam_sampling", dict(conditional_end=True)),
+    "beam-sampling-conditional-end": ("beam_sampling", dict(conditional_end=True, normalize=True)),
 }
 
 
@@ -69,7 +70,7 @@ def slow_and_fast(kind, case):
     if options.get("conditional_end"):
         end = frequent_token(model, inputs)
         options, extra = dict(options, eos_token_id=end), dict(eos_token_id=end)
-        slow = SlowConditionalEnd(slow, [end])
+        slow = SlowConditionalEnd(slow, [end], options.get("normalize", False))
     elif options.get("normalize"):
         slow = SlowNormalized(slow)
     expected = generate(model, inputs, [slow], mode, **extra)
@@ -147,7 +148,9 @@ def test_the_rule():
     uncond = inputs["unconditional"]
     make = lambda alpha=0.5, **kw: PMIDecode(alpha, 0.9, model=model, unconditional_inputs=uncond, **kw)  # noqa: E731
     assert not make().nucleus_projection  # raw scores: the mode decides, so only on request
-    assert make(normalize=True).nucleus_projection and make(conditional_end=True).nucleus_projection
+    assert make(normalize=True).nucleus_projection and make(conditional_end=True, normalize=True).nucleus_projection
+    # the end rule alone keeps each row's PMI total, which a per-row constant shifts: raw scores
+    assert not make(conditional_end=True).nucleus_projection
     assert make(nucleus_projection=True).nucleus_projection
     assert not make(normalize=True, nucleus_projection=False).nucleus_projection
     assert not make("adaptive", normalize=True).nucleus_projection  # automatic: off with adaptive alpha
