@@ -61,6 +61,10 @@ METHODS = {
 }
 
 
+#: decode_records options a sweep may set for every cell, and their types.
+DECODE_OPTIONS = {"conditional_end": bool, "normalize_scores": bool, "block_layout_markers": bool,
+                  "response_no_repeat_ngram_size": int, "no_repeat_ngram_size": int, "repetition_penalty": float}
+
 PMI_STATISTICS = ("cpmi_sum", "cpmi_mean", "upmi_sum", "upmi_mean")
 
 
@@ -118,9 +122,21 @@ class SweepConfig:
     language_tool_url: str | None = None
     language_tool_path: str | None = None
     num_threads: int | None = None
+    #: decode_records options applied to every cell (guards, the end rule), e.g.
+    #: {conditional_end: true, response_no_repeat_ngram_size: 3, block_layout_markers: true}
+    decode_options: dict = field(default_factory=dict)
     config_path: str | None = None
 
     def __post_init__(self):
+        if not isinstance(self.decode_options, dict) or set(self.decode_options) - set(DECODE_OPTIONS):
+            raise ValueError(f"decode_options must be a mapping with keys from {sorted(DECODE_OPTIONS)}, "
+                             f"got {self.decode_options!r}")
+        for key, value in self.decode_options.items():
+            kind = DECODE_OPTIONS[key]
+            fits = isinstance(value, bool) if kind is bool else (
+                not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else kind))
+            if not fits:
+                raise ValueError(f"decode_options.{key} must be {kind.__name__}, got {value!r}")
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise ValueError(f"methods must be a non-empty list drawn from {sorted(METHODS)}, got {self.methods!r}")
@@ -156,7 +172,10 @@ class SweepConfig:
         """What a generation cell depends on; a cell file made with other settings is redone."""
         keys = ("dataset", "split", "num_turns", "generator", "chat_template", "num_beams", "max_new_tokens",
                 "max_length", "max_history_turns", "seed")
-        return {"method": method, **{k: getattr(self, k) for k in keys}}
+        settings = {"method": method, **{k: getattr(self, k) for k in keys}}
+        if self.decode_options:  # only when set, so cells decoded before the option existed stay valid
+            settings["decode_options"] = dict(sorted(self.decode_options.items()))
+        return settings
 
     def scoring_settings(self) -> dict:
         return {"scorer_model": self.scorer_model, "scorer_chat_template": self.scorer_chat_template,
@@ -304,7 +323,7 @@ def generate_cells(config: SweepConfig, records: Sequence, model, tokenizer, *, 
                 inputs, model, tokenizer, alpha=cell.alpha, p=cell.p, num_beams=num_beams,
                 max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, seed=config.seed,
                 max_length=config.max_length, max_history_turns=config.max_history_turns,
-                chat_template=config.chat_template, progress=progress, **method,
+                chat_template=config.chat_template, progress=progress, **method, **config.decode_options,
             )
             by_id = {}
             for out in outputs:

@@ -266,3 +266,20 @@ def test_paired_differences_against_alpha_zero():
     assert row["grammar_error_rate_diff"] == pytest.approx(1 / 3)
     table = paired_differences_markdown(rows, "cpmi_sum")
     assert "| beam search | 0.5 | 0.9 | 3 | +1.67 ± " in table and "+33 ± " in table
+
+
+def test_decode_options_reach_every_cell_and_its_settings(tmp_path, models):
+    """A sweep with the end rule and the guards decodes every cell with them (the records'
+    settings say so), records them in the cell settings, and refuses unknown or mistyped ones."""
+    generator, _ = models
+    options = {"conditional_end": True, "response_no_repeat_ngram_size": 3, "block_layout_markers": True}
+    config = make_config(tmp_path / "opts", methods=["beam_search"], alphas=[0.5], ps=[0.9], decode_options=options)
+    generate_cells(config, RECORDS, *generator, progress=False)
+    rows = [json.loads(line) for line in open(cell_paths(config.output_dir, config.cells[0])["generations"])]
+    assert all(r["settings"]["conditional_end"] is True and r["settings"]["response_no_repeat_ngram_size"] == 3
+               for r in rows)
+    assert config.generation_settings("beam_search")["decode_options"] == options
+    assert "decode_options" not in make_config(tmp_path / "none").generation_settings("beam_search")
+    for bad in ({"conditional_end": "yes"}, {"temperature": 0.7}, {"response_no_repeat_ngram_size": True}, [1]):
+        with pytest.raises(ValueError, match="decode_options"):
+            make_config(tmp_path / "bad", decode_options=bad)
