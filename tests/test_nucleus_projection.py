@@ -44,6 +44,16 @@ def projected_widths(model) -> list[int]:
     return widths
 
 
+def assert_falls_back(model, inputs, slow_processor, mode, **options):
+    """The processor keeps the full projection for the whole generation and equals the reference."""
+    slow = generate(model, inputs, [slow_processor], mode)
+    widths = projected_widths(model)
+    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"], **options)
+    assert torch.equal(generate(model, inputs, [proc], mode), slow)
+    assert widths and all(w == model.config.vocab_size for w in widths)
+    assert proc._branch.projection is None
+
+
 def kind_setup(kind):
     # transformers' BLOOM yields NaN for left-padded rows in float64, so it runs in float32
     model, inputs = setup(kind, dtype=torch.float32 if kind == "bloom" else torch.float64)
@@ -192,12 +202,7 @@ def test_a_head_it_cannot_restrict_falls_back():
     head = WrappedHead(old.in_features, old.out_features, bias=False, dtype=old.weight.dtype)
     head.weight = old.weight
     model.set_output_embeddings(head)
-    slow = generate(model, inputs, [reference(model, inputs, 0.5, 0.9)], "greedy")
-    widths = projected_widths(model)
-    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"], nucleus_projection=True)
-    assert torch.equal(generate(model, inputs, [proc], "greedy"), slow)
-    assert widths and all(w == model.config.vocab_size for w in widths)
-    assert proc._branch.projection is None
+    assert_falls_back(model, inputs, reference(model, inputs, 0.5, 0.9), "greedy", nucleus_projection=True)
 
 
 def test_an_unknown_step_after_the_head_falls_back():
@@ -210,12 +215,7 @@ def test_an_unknown_step_after_the_head_falls_back():
         return output
 
     model.register_forward_hook(rescale, with_kwargs=True)
-    slow = generate(model, inputs, [SlowNormalized(reference(model, inputs, 0.5, 0.9))], "beam")
-    widths = projected_widths(model)
-    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"], normalize=True)
-    assert torch.equal(generate(model, inputs, [proc], "beam"), slow)
-    assert widths and all(w == model.config.vocab_size for w in widths)
-    assert proc._branch.projection is None
+    assert_falls_back(model, inputs, SlowNormalized(reference(model, inputs, 0.5, 0.9)), "beam", normalize=True)
 
 
 def test_widen_refuses_a_projection_of_the_wrong_width():
