@@ -118,6 +118,7 @@ def _decode_options(config, system: dict) -> dict:
         block_layout_markers=bool(guards.get("block_layout_markers", False)),
         response_no_repeat_ngram_size=guards.get("response_no_repeat_ngram_size"),
         normalize_scores=system.get("normalize", False), conditional_end=system.get("conditional_end", False),
+        block_immediate_repeats=bool(guards.get("block_immediate_repeats", False)),
     )
 
 

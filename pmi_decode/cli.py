@@ -23,7 +23,7 @@ DEFAULTS = dict(alpha=DEFAULT_ALPHA, p=0.9, num_beams=4, max_new_tokens=64, batc
 #: which forbids quoting the document; the repetition penalty stays off, since it penalises reusing
 #: the document's words.
 GUARD_DEFAULTS = dict(no_repeat_ngram_size=0, response_no_repeat_ngram_size=3, repetition_penalty=1.0,
-                      block_layout_markers=True)
+                      block_layout_markers=True, block_immediate_repeats=False)
 #: The end rule (PMIDecode(conditional_end=True)): see docs/decoding.md, "Ending responses".
 DEFAULT_CONDITIONAL_END = False
 DEMO_DEFAULTS = dict(alpha=DEFAULT_ALPHA, p=0.9, num_beams=4, max_new_tokens=40)
@@ -111,6 +111,12 @@ def _add_guard_arguments(parser: argparse.ArgumentParser) -> None:
         help="normalise PMI-Decode's step scores over the nucleus (log-softmax): same tokens in greedy search "
         "and sampling; in beam search hypotheses are ranked by the PMI-reweighted distribution, whose beams "
         "end as plain decoding's do (raw PMI scores can be positive, which keeps beams going)",
+    )
+    parser.add_argument(
+        "--block-immediate-repeats", action=argparse.BooleanOptionalAction,
+        default=GUARD_DEFAULTS["block_immediate_repeats"],
+        help='never repeat a word (or a span of up to 4 tokens starting a word) right away, as in "Blue Blue" '
+        f"(default: {'on' if GUARD_DEFAULTS['block_immediate_repeats'] else 'off'})",
     )
     parser.add_argument(
         "--conditional-end", action=argparse.BooleanOptionalAction, default=DEFAULT_CONDITIONAL_END,
@@ -259,7 +265,7 @@ def _decode_options(args) -> dict:
         no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
         block_layout_markers=args.block_layout_markers,
         response_no_repeat_ngram_size=args.response_no_repeat_ngram_size, normalize_scores=args.normalize_scores,
-        conditional_end=args.conditional_end,
+        conditional_end=args.conditional_end, block_immediate_repeats=args.block_immediate_repeats,
     )
 
 
@@ -324,7 +330,8 @@ def _run_demo(args) -> int:
         guards=dict(no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
                     block_layout_markers=args.block_layout_markers,
                     response_no_repeat_ngram_size=args.response_no_repeat_ngram_size,
-                    normalize_scores=args.normalize_scores, conditional_end=args.conditional_end),
+                    normalize_scores=args.normalize_scores, conditional_end=args.conditional_end,
+                    block_immediate_repeats=args.block_immediate_repeats),
     )
     return 0
 

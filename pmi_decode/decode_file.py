@@ -178,7 +178,7 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
                     batch_size=None, max_length=None, max_history_turns=None, chat_template=None, format=None,
                     no_repeat_ngram_size=None, repetition_penalty=None, block_layout_markers=False,
                     response_no_repeat_ngram_size=None, normalize_scores=False, conditional_end=False,
-                    **options) -> dict:
+                    block_immediate_repeats=False, **options) -> dict:
     """The settings stored with every output record and compared on resume: every option that
     can change a record's content. ``batch_size`` is one of them: it decides which dialogues share
     a batch, hence the padding and, when sampling, each batch's seed. ``options``: further
@@ -211,6 +211,8 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
         settings["normalize_scores"] = True
     if conditional_end:
         settings["conditional_end"] = True
+    if block_immediate_repeats:
+        settings["block_immediate_repeats"] = True
     if format is not None:
         import dataclasses
 
@@ -377,6 +379,7 @@ def decode_records(
     response_no_repeat_ngram_size: int | None = None,
     normalize_scores: bool = False,
     conditional_end: bool = False,
+    block_immediate_repeats: bool = False,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
@@ -402,6 +405,8 @@ def decode_records(
     leaving the document free to be quoted, which ``no_repeat_ngram_size`` forbids on decoder-only
     models (their ``input_ids`` hold the prompt). ``normalize_scores``: PMI-Decode's step scores
     normalised over the nucleus (:class:`pmi_decode.PMIDecode`'s ``normalize``).
+    ``block_immediate_repeats``: no word or short span repeated right away ("Blue Blue";
+    :class:`pmi_decode.guards.ResponseNoImmediateRepeat`).
     ``conditional_end``: the conditional model alone decides when a response ends
     (:class:`pmi_decode.PMIDecode`'s ``conditional_end``; the end token is ``generate``'s).
 
@@ -435,7 +440,8 @@ def decode_records(
         max_history_turns=max_history_turns, chat_template=chat_template, format=format,
         no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
         block_layout_markers=block_layout_markers, response_no_repeat_ngram_size=response_no_repeat_ngram_size,
-        normalize_scores=normalize_scores, conditional_end=conditional_end, **(extra_settings or {}),
+        normalize_scores=normalize_scores, conditional_end=conditional_end,
+        block_immediate_repeats=block_immediate_repeats, **(extra_settings or {}),
     )
     encode_kw = dict(
         is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,
@@ -483,12 +489,20 @@ def decode_records(
             num_truncated += inputs["num_truncated"]
             prompt_len = inputs["conditional"]["input_ids"].shape[1]
             batch_kwargs = generate_kwargs
+            # The decoder's input_ids: the padded prompt (decoder-only) or the start token.
+            response_start = 1 if enc_dec else prompt_len
+            response_guards = []
             if response_no_repeat_ngram_size:
                 from .guards import ResponseNoRepeatNGram
 
-                # The decoder's input_ids: the padded prompt (decoder-only) or the start token.
-                guard = ResponseNoRepeatNGram(response_no_repeat_ngram_size, 1 if enc_dec else prompt_len)
-                batch_kwargs = dict(generate_kwargs, logits_processor=[guard, *generate_kwargs["logits_processor"]])
+                response_guards.append(ResponseNoRepeatNGram(response_no_repeat_ngram_size, response_start))
+            if block_immediate_repeats:
+                from .guards import ResponseNoImmediateRepeat
+
+                response_guards.append(ResponseNoImmediateRepeat(tokenizer, response_start))
+            if response_guards:
+                batch_kwargs = dict(generate_kwargs,
+                                    logits_processor=[*response_guards, *generate_kwargs["logits_processor"]])
             batch_seed = _batch_seed(seed, [r["id"] for r in recs]) if seed is not None else None
             tracker.start_batch(len(recs), 2 if compare else 1, max_new_tokens)
             with torch.no_grad():

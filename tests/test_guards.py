@@ -323,3 +323,78 @@ def test_encoder_decoder_decoders_keep_their_control_tokens():
     tok, model = tiny_tokenizer("bart"), tiny_model("bart")
     guards = layout_guards(tok, model)
     assert len(guards) == 1 and isinstance(guards[0], LayoutMarkerGuard)
+
+
+def test_immediate_repeats_of_word_spans_are_banned():
+    from pmi_decode.guards import ResponseNoImmediateRepeat
+
+    tok = tiny_tokenizer("llama")
+    guard = ResponseNoImmediateRepeat(tok, prompt_length=0)
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    for text, word in (("Adele Laurie Blue", " Blue"), ("It is", " is"), ("the Eiffel Tower", " Tower")):
+        assert ids(text)[-len(ids(word)):] == ids(word), "the word ends the text with the same tokens"
+        # the second copy's first tokens may be written; the token completing it may not
+        row = ids(text) + ids(word)[:-1]
+        assert ids(word)[-1] in guard.banned_ids(row), (text, word)
+        for token in guard.banned_ids(row):
+            full = row + [token]
+            assert any(full[-2 * k:-k] == full[-k:] for k in range(1, 5) if len(full) >= 2 * k)
+    row = ids("Wow!")
+    if row[-1] == ids("!")[0]:  # a span that does not start a word ("!!") stays allowed
+        assert row[-1] not in guard.banned_ids(row)
+    assert guard.banned_ids(ids("It is a great")) == []
+    with pytest.raises(ValueError, match="max_span"):
+        ResponseNoImmediateRepeat(tok, 0, max_span=0)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_no_immediate_repeat_in_both_paths(paired):
+    """A model pushed to stutter ("Blue Blue") cannot under the guard, in both pmi_generate paths,
+    and the guarded run equals generate with the guard and the slow reference."""
+    from pmi_decode.guards import ResponseNoImmediateRepeat
+
+    tok, model = tiny_tokenizer("llama"), tiny_model("llama")
+    inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
+    width = inputs["conditional"]["input_ids"].shape[1]
+    blue = tok(" Blue", add_special_tokens=False)["input_ids"][0]
+    handle = model.get_output_embeddings().register_forward_hook(
+        lambda module, args, output: output + torch.nn.functional.one_hot(
+            torch.tensor(blue), output.shape[-1]).to(output.dtype) * 50.0)
+    try:
+        kwargs = dict(num_beams=3, max_new_tokens=6, min_new_tokens=6)
+        free = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, **kwargs)[:, width:]
+        assert bool(((free[:, 1:] == blue) & (free[:, :-1] == blue)).any()), "the push must make it stutter"
+        guard = ResponseNoImmediateRepeat(tok, width)
+        guarded = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, logits_processor=[guard], **kwargs)
+        new = guarded[:, width:]
+        assert not bool(((new[:, 1:] == blue) & (new[:, :-1] == blue)).any())
+        slow = model.generate(**inputs["conditional"], logits_processor=[guard, reference(model, inputs, 0.5, 0.9)],
+                              **kwargs)
+        assert torch.equal(guarded, slow)
+    finally:
+        handle.remove()
+
+
+def test_decode_records_and_cli_block_immediate_repeats(tmp_path):
+    from tiny_models import saved_tiny_model
+
+    from pmi_decode.cli import build_parser, main
+    from pmi_decode.decode_file import read_dialogues_jsonl
+
+    tok, model = tiny_tokenizer("llama"), tiny_model("llama")
+    records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]
+    out = list(decode_records(records, model, tok, alpha=0.5, p=0.9, num_beams=2, max_new_tokens=6,
+                              block_immediate_repeats=True, progress=False))
+    assert all(r["settings"]["block_immediate_repeats"] is True for r in out)
+    folder = saved_tiny_model(tmp_path / "tiny")
+    inp, dest = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(__import__("json").dumps(r) + "\n" for r in records))
+    common = ["generate", "--model", folder, "--input", str(inp), "--output", str(dest), "--max-new-tokens", "6",
+              "--num-beams", "2", "--quiet"]
+    assert main(common + ["--block-immediate-repeats"]) == 0
+    assert all(r["settings"]["block_immediate_repeats"] is True for r in read_dialogues_jsonl(str(dest)))
+    assert main(common + ["--no-block-immediate-repeats"]) != 0  # other settings than the file's: refused
+    from pmi_decode.cli import GUARD_DEFAULTS
+
+    args = build_parser().parse_args(["generate", "--input", "a", "--output", "b"])
+    assert args.block_immediate_repeats is GUARD_DEFAULTS["block_immediate_repeats"]
