@@ -182,11 +182,13 @@ def test_decode_records_and_cli_option(tmp_path):
     records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert build_parser().parse_args(["generate", "--input", "a", "--output", "b"]).conditional_end is False
+    from pmi_decode.cli import DEFAULT_CONDITIONAL_END
+
+    assert build_parser().parse_args(["generate", "--input", "a", "--output", "b"]).conditional_end is DEFAULT_CONDITIONAL_END
     out = tmp_path / "out.jsonl"
     common = ["generate", "--model", folder, "--input", str(inp), "--output", str(out), "--max-new-tokens", "6",
               "--num-beams", "2", "--quiet"]
     assert main(common + ["--conditional-end"]) == 0
     rows = read_dialogues_jsonl(str(out))
     assert len(rows) == len(records) and all(r["settings"]["conditional_end"] is True for r in rows)
-    assert main(common) != 0  # a resume without the option is another run's settings: refused
+    assert main(common + ["--no-conditional-end"]) != 0  # a resume without it is another run's settings: refused
