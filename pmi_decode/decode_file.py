@@ -202,9 +202,10 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
     if repetition_penalty is not None and float(repetition_penalty) != 1.0:
         settings["repetition_penalty"] = float(repetition_penalty)
     if block_layout_markers:
-        # the guard's current meaning (decoder-only models: the control tokens too); files decoded
-        # when it banned the markers alone say True and do not resume under it
-        settings["block_layout_markers"] = "markers+control_tokens"
+        # the guard's current meaning (markers, also with other punctuation at a line start;
+        # decoder-only models: the control tokens too); files decoded under an earlier guard say
+        # True or "markers+control_tokens" and do not resume under it
+        settings["block_layout_markers"] = "markers+line_start+control_tokens"
     if response_no_repeat_ngram_size:
         settings["response_no_repeat_ngram_size"] = int(response_no_repeat_ngram_size)
     if normalize_scores:

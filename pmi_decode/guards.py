@@ -145,6 +145,13 @@ class LayoutMarkerGuard(LogitsProcessor):
                           for m in self.markers if m.endswith(":") and m[:-1].strip().isalpha()]
         self._colon_next = torch.tensor([i for i, t in enumerate(texts) if re.match(r"^\s*\d*\s*:", t)],
                                         dtype=torch.long)
+        # A marker word that opens a line (or the response, after the prompt's "Agent:") with other
+        # punctuation ("Document. Your children ...") is the layout leaking too: there the tokens
+        # adding a period, colon, semicolon or dash are banned as well.
+        self._line_start = [re.compile(r"(?:^|[\n:])\s*" + re.escape(m[:-1].strip()) + r"\s*\d*\s*$")
+                            for m in self.markers if m.endswith(":") and m[:-1].strip().isalpha()]
+        punct = re.compile(r"^\s*\d*\s*[:.;\-\u2013\u2014]")
+        self._punct_next = torch.tensor([i for i, t in enumerate(texts) if punct.match(t)], dtype=torch.long)
         self._tail_tokens = max(len(m) for m in self.markers) + 8  # each token spells >= 1 character
 
     def banned_ids(self, row_ids: Sequence[int]) -> torch.Tensor:
@@ -159,6 +166,8 @@ class LayoutMarkerGuard(LogitsProcessor):
                     parts.append(self._starting[marker[start:]])
         if any(pattern.search(tail) for pattern in self._numbered):
             parts.append(self._colon_next)
+        if any(pattern.search(tail) for pattern in self._line_start):
+            parts.append(self._punct_next)
         return torch.unique(torch.cat(parts)) if len(parts) > 1 else self._whole
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:

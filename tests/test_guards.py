@@ -151,7 +151,7 @@ def test_decode_records_applies_and_records_the_guards():
                               compare=True, no_repeat_ngram_size=2, block_layout_markers=True, progress=False))
     settings = out[0]["settings"]
     assert settings["alpha"] == "adaptive:1:0.5"
-    assert settings["no_repeat_ngram_size"] == 2 and settings["block_layout_markers"] == "markers+control_tokens"
+    assert settings["no_repeat_ngram_size"] == 2 and settings["block_layout_markers"] == "markers+line_start+control_tokens"
     for rec in out:
         for key in ("pmi_response", "plain_response"):
             assert not any(m in rec[key] for m in layout_markers())
@@ -398,3 +398,20 @@ def test_decode_records_and_cli_block_immediate_repeats(tmp_path):
 
     args = build_parser().parse_args(["generate", "--input", "a", "--output", "b"])
     assert args.block_immediate_repeats is GUARD_DEFAULTS["block_immediate_repeats"]
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_a_marker_word_opening_the_response_with_other_punctuation_is_banned(paired):
+    """"Document. Your children ..." leaks the layout as "Document:" does; "the document." does not."""
+    tok, model = tiny_tokenizer("llama"), tiny_model("llama")
+    inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
+    prompt_len = inputs["conditional"]["input_ids"].shape[1]
+    push = TowardMarker(tok, "Document.")
+    kwargs = dict(alpha=0.5, p=0.9, paired=paired, num_beams=3, max_new_tokens=8, min_new_tokens=8)
+    forced = _responses(tok, pmi_generate(model, inputs, logits_processor=[push], **kwargs), prompt_len)
+    assert all(text.lstrip().startswith("Document.") for text in forced), forced
+    guard = LayoutMarkerGuard(tok, layout_markers())
+    guarded = _responses(tok, pmi_generate(model, inputs, logits_processor=[push, guard], **kwargs), prompt_len)
+    assert not any(text.lstrip().startswith(("Document.", "Document:")) for text in guarded), guarded
+    inside = tok("I read the document", add_special_tokens=False)["input_ids"]
+    assert tok.convert_tokens_to_ids(".") not in set(guard.banned_ids(inside).tolist())
