@@ -183,12 +183,15 @@ def unfinished(response: str) -> float:
 
 
 def layout_leaks(responses) -> list[float]:
-    """1.0 for a response that contains a prompt-layout marker ("Document:", "User:", ...) or a
-    line holding only a chat role name (a role header whose special token was dropped)."""
+    """1.0 for a response that contains a prompt-layout marker ("Document:", "User:", ...), opens
+    a line with a marker's word ("Document 2 Your ..."), or holds a line that is only a chat role
+    name (a role header whose special token was dropped)."""
     from pmi_decode.guards import chat_role_leak, layout_markers
 
     markers = layout_markers()
-    return [float(any(m in r for m in markers) or chat_role_leak(r)) for r in responses]
+    words = [m[:-1] for m in markers if m.endswith(":")]
+    opening = re.compile(r"(?:^|\n)\s*(?:" + "|".join(map(re.escape, words)) + r")\b")
+    return [float(any(m in r for m in markers) or bool(opening.search(r)) or chat_role_leak(r)) for r in responses]
 
 
 def score(config, inputs: list[dict]) -> None:

@@ -202,7 +202,7 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
     if repetition_penalty is not None and float(repetition_penalty) != 1.0:
         settings["repetition_penalty"] = float(repetition_penalty)
     if block_layout_markers:
-        # the guard's current meaning (markers, also with other punctuation at a line start;
+        # the guard's current meaning (markers, and their words at a line start;
         # decoder-only models: the control tokens too); files decoded under an earlier guard say
         # True or "markers+control_tokens" and do not resume under it
         settings["block_layout_markers"] = "markers+line_start+control_tokens"

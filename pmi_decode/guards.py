@@ -123,12 +123,18 @@ class LayoutMarkerGuard(LogitsProcessor):
             raise ValueError(f"markers must be a non-empty list of non-empty strings, got {markers!r}")
         self.tokenizer = tokenizer
         self.markers = tuple(dict.fromkeys(markers))
+        # A marker's word opening a line, or the response after the prompt's "Agent:", leaks the
+        # layout whatever follows it ("Document. Your children ...", "Document 2 Your ..."): the
+        # word itself is banned there.
+        words = [m[:-1].strip() for m in self.markers if m.endswith(":") and m[:-1].strip().isalpha()]
+        self._spellings = tuple(dict.fromkeys(
+            list(self.markers) + [lead + w for w in words for lead in ("\n", "\n ", ": ", ":")]))
         texts = _token_texts(tokenizer)
         self.vocab_size = vocab_size or len(texts)
         # (marker rest -> token ids whose text starts with it), and the ids containing a marker.
         self._starting: dict[str, torch.Tensor] = {}
         whole = set()
-        for marker in self.markers:
+        for marker in self._spellings:
             for start in range(1, len(marker)):
                 rest = marker[start:]
                 if rest not in self._starting:
@@ -145,14 +151,7 @@ class LayoutMarkerGuard(LogitsProcessor):
                           for m in self.markers if m.endswith(":") and m[:-1].strip().isalpha()]
         self._colon_next = torch.tensor([i for i, t in enumerate(texts) if re.match(r"^\s*\d*\s*:", t)],
                                         dtype=torch.long)
-        # A marker word that opens a line (or the response, after the prompt's "Agent:") with other
-        # punctuation ("Document. Your children ...") is the layout leaking too: there the tokens
-        # adding a period, colon, semicolon or dash are banned as well.
-        self._line_start = [re.compile(r"(?:^|[\n:])\s*" + re.escape(m[:-1].strip()) + r"\s*\d*\s*$")
-                            for m in self.markers if m.endswith(":") and m[:-1].strip().isalpha()]
-        punct = re.compile(r"^\s*\d*\s*[:.;\-\u2013\u2014]")
-        self._punct_next = torch.tensor([i for i, t in enumerate(texts) if punct.match(t)], dtype=torch.long)
-        self._tail_tokens = max(len(m) for m in self.markers) + 8  # each token spells >= 1 character
+        self._tail_tokens = max(len(m) for m in self._spellings) + 8  # each token spells >= 1 character
 
     def banned_ids(self, row_ids: Sequence[int]) -> torch.Tensor:
         """The token ids banned after the given sequence."""
@@ -160,14 +159,12 @@ class LayoutMarkerGuard(LogitsProcessor):
             list(row_ids[-self._tail_tokens :]), skip_special_tokens=True, clean_up_tokenization_spaces=False
         )
         parts = [self._whole]
-        for marker in self.markers:
+        for marker in self._spellings:
             for start in range(1, len(marker)):
                 if tail.endswith(marker[:start]):
                     parts.append(self._starting[marker[start:]])
         if any(pattern.search(tail) for pattern in self._numbered):
             parts.append(self._colon_next)
-        if any(pattern.search(tail) for pattern in self._line_start):
-            parts.append(self._punct_next)
         return torch.unique(torch.cat(parts)) if len(parts) > 1 else self._whole
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:

@@ -119,8 +119,9 @@ def test_config_refuses_a_non_boolean_normalize(tmp_path):
 
 
 def test_layout_leaks_see_markers_and_chat_role_lines():
-    leaks = cd.layout_leaks(["Document: the FDA says", "Sure.\nuser\nWho invented comics?", "The user asked.", "Fine."])
-    assert leaks == [1.0, 1.0, 0.0, 0.0]
+    leaks = cd.layout_leaks(["Document: the FDA says", "Sure.\nuser\nWho invented comics?", "The user asked.", "Fine.",
+                             "Document 2 Your children", "The Document says"])
+    assert leaks == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
 
 
 def test_a_rerun_expects_the_settings_decode_records_writes(tmp_path):

@@ -401,8 +401,9 @@ def test_decode_records_and_cli_block_immediate_repeats(tmp_path):
 
 
 @pytest.mark.parametrize("paired", [True, False])
-def test_a_marker_word_opening_the_response_with_other_punctuation_is_banned(paired):
-    """"Document. Your children ..." leaks the layout as "Document:" does; "the document." does not."""
+def test_a_marker_word_cannot_open_the_response(paired):
+    """"Document. Your children ..." or "Document 2 Your ..." leak the layout as "Document:" does:
+    the word cannot open the response (or a line); "the document." stays allowed."""
     tok, model = tiny_tokenizer("llama"), tiny_model("llama")
     inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
     prompt_len = inputs["conditional"]["input_ids"].shape[1]
@@ -412,6 +413,9 @@ def test_a_marker_word_opening_the_response_with_other_punctuation_is_banned(pai
     assert all(text.lstrip().startswith("Document.") for text in forced), forced
     guard = LayoutMarkerGuard(tok, layout_markers())
     guarded = _responses(tok, pmi_generate(model, inputs, logits_processor=[push, guard], **kwargs), prompt_len)
-    assert not any(text.lstrip().startswith(("Document.", "Document:")) for text in guarded), guarded
-    inside = tok("I read the document", add_special_tokens=False)["input_ids"]
+    assert not any(text.lstrip().startswith("Document") for text in guarded), guarded
+    inside = tok("I read the Document", add_special_tokens=False)["input_ids"]
     assert tok.convert_tokens_to_ids(".") not in set(guard.banned_ids(inside).tolist())
+    line = tok("Fine.\nDocum", add_special_tokens=False)["input_ids"]
+    rest = [i for i in range(len(tok)) if tok.decode([i]).startswith("ent")]
+    assert rest and set(rest) <= set(guard.banned_ids(line).tolist())
