@@ -46,6 +46,19 @@ def _responses(tok, out, prompt_len):
     return tok.batch_decode(out[:, prompt_len:], skip_special_tokens=True)
 
 
+def _forced_and_guarded(marker: str, paired: bool, new_tokens: int):
+    """Responses of a tiny model pushed toward ``marker``, without and with the layout guard."""
+    tok, model = tiny_tokenizer("llama"), tiny_model("llama")
+    inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
+    prompt_len = inputs["conditional"]["input_ids"].shape[1]
+    push = TowardMarker(tok, marker)
+    kwargs = dict(alpha=0.5, p=0.9, paired=paired, num_beams=3, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+    forced = _responses(tok, pmi_generate(model, inputs, logits_processor=[push], **kwargs), prompt_len)
+    guard = LayoutMarkerGuard(tok, layout_markers())
+    guarded = _responses(tok, pmi_generate(model, inputs, logits_processor=[push, guard], **kwargs), prompt_len)
+    return forced, guarded, guard
+
+
 def test_layout_markers_of_the_default_format():
     assert layout_markers() == ["Agent:", "Document:", "User:"]
 
@@ -260,15 +273,8 @@ def test_numbered_markers_are_banned_too():
 def test_numbered_marker_forced_by_the_model_cannot_be_generated(paired):
     import re
 
-    tok, model = tiny_tokenizer("llama"), tiny_model("llama")
-    inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
-    prompt_len = inputs["conditional"]["input_ids"].shape[1]
-    push = TowardMarker(tok, "Document 2:")
-    kwargs = dict(alpha=0.5, p=0.9, paired=paired, num_beams=3, max_new_tokens=14, min_new_tokens=14)
-    forced = _responses(tok, pmi_generate(model, inputs, logits_processor=[push], **kwargs), prompt_len)
+    forced, guarded, _ = _forced_and_guarded("Document 2:", paired, 14)
     assert all("Document 2:" in text for text in forced), forced
-    guard = LayoutMarkerGuard(tok, layout_markers())
-    guarded = _responses(tok, pmi_generate(model, inputs, logits_processor=[push, guard], **kwargs), prompt_len)
     assert not any(re.search(r"(Document|User|Agent)\s*\d*\s*:", text) for text in guarded), guarded
 
 
@@ -404,15 +410,9 @@ def test_decode_records_and_cli_block_immediate_repeats(tmp_path):
 def test_a_marker_word_cannot_open_the_response(paired):
     """"Document. Your children ..." or "Document 2 Your ..." leak the layout as "Document:" does:
     the word cannot open the response (or a line); "the document." stays allowed."""
-    tok, model = tiny_tokenizer("llama"), tiny_model("llama")
-    inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
-    prompt_len = inputs["conditional"]["input_ids"].shape[1]
-    push = TowardMarker(tok, "Document.")
-    kwargs = dict(alpha=0.5, p=0.9, paired=paired, num_beams=3, max_new_tokens=8, min_new_tokens=8)
-    forced = _responses(tok, pmi_generate(model, inputs, logits_processor=[push], **kwargs), prompt_len)
+    forced, guarded, guard = _forced_and_guarded("Document.", paired, 8)
     assert all(text.lstrip().startswith("Document.") for text in forced), forced
-    guard = LayoutMarkerGuard(tok, layout_markers())
-    guarded = _responses(tok, pmi_generate(model, inputs, logits_processor=[push, guard], **kwargs), prompt_len)
+    tok = guard.tokenizer
     assert not any(text.lstrip().startswith("Document") for text in guarded), guarded
     inside = tok("I read the Document", add_special_tokens=False)["input_ids"]
     assert tok.convert_tokens_to_ids(".") not in set(guard.banned_ids(inside).tolist())
