@@ -156,8 +156,9 @@ def conditional_end_scores(lp_c: torch.Tensor, pmi: torch.Tensor, end_ids: torch
 
 def _end_token_ids(value) -> torch.Tensor:
     """The end token ids as a 1-D LongTensor; refuses anything that is not one or more token ids."""
-    values = [value] if not isinstance(value, (list, tuple)) and not torch.is_tensor(value) else list(
-        value.tolist() if torch.is_tensor(value) else value)
+    if torch.is_tensor(value):
+        value = value.tolist()
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
     if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
         raise ValueError(f"eos_token_id must be a token id or a list of token ids, got {value!r}")
     return torch.tensor(sorted(set(values)), dtype=torch.long)

@@ -133,9 +133,8 @@ class SweepConfig:
                              f"got {self.decode_options!r}")
         for key, value in self.decode_options.items():
             kind = DECODE_OPTIONS[key]
-            fits = isinstance(value, bool) if kind is bool else (
-                not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else kind))
-            if not fits:
+            accepted = (int, float) if kind is float else kind  # a float option takes 1 as well as 1.0
+            if isinstance(value, bool) != (kind is bool) or not isinstance(value, accepted):
                 raise ValueError(f"decode_options.{key} must be {kind.__name__}, got {value!r}")
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
