@@ -15,8 +15,10 @@ Real dialogues from ``--data-dir`` (the official files, read by ``pmi_decode.dat
    machine may be busy, so the ratio is the figure to read.
 3. **Model level** (the same batches, no command): ``generate`` and ``pmi_generate`` on the
    sample's first batch at the same forced output length, interleaved (``--methods``): plain
-   (prompt per beam, and once per dialogue), the paired path with its old joint prefill and with
-   each half prefilled at its own width, and the separate-cache path.
+   (prompt per beam, and once per dialogue), plain decoding of the paired path's stacked batch
+   (conditional and document-free rows, once per dialogue: the floor of a one-batch path), the
+   paired path with its old joint prefill and with each half prefilled at its own width, and
+   the separate-cache path.
    ``--parts prefill`` times the paired path's prompt prefill alone, joint against own-length.
    ``--batch-pick median`` times the middle batch of the sample sorted by length (as
    ``generate`` batches it) instead of the first batch as drawn.
@@ -176,7 +178,20 @@ def _joint_prefill(fn):
     return run
 
 
-MODEL_LEVEL_METHODS = ["plain", "plain-prompt-once", "pmi-paired-joint-prefill", "pmi-paired", "pmi-separate"]
+MODEL_LEVEL_METHODS = ["plain", "plain-prompt-once", "plain-stacked-prompt-once", "pmi-paired-joint-prefill",
+                       "pmi-paired", "pmi-separate"]
+
+
+def stacked_batch(cond: dict, uncond: dict, pad_id: int) -> dict:
+    """The conditional rows with the document-free rows under them, left-padded to the
+    conditional width: the batch the paired path decodes, for plain ``generate`` to decode as the
+    floor of any path that runs both branches as one batch."""
+    extra = cond["input_ids"].shape[1] - uncond["input_ids"].shape[1]
+    if extra < 0:
+        raise SystemExit("document-free prompts are wider than the conditional ones")
+    pad = torch.nn.functional.pad
+    return {"input_ids": torch.cat([cond["input_ids"], pad(uncond["input_ids"], (extra, 0), value=pad_id)]),
+            "attention_mask": torch.cat([cond["attention_mask"], pad(uncond["attention_mask"], (extra, 0), value=0)])}
 
 
 def model_level(args, model, tokenizer, records: list[dict]) -> dict:
@@ -189,6 +204,7 @@ def model_level(args, model, tokenizer, records: list[dict]) -> dict:
     batch = timed_batch(args, tokenizer, records)
     inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
     cond = inputs["conditional"]
+    stacked = stacked_batch(cond, inputs["unconditional"], tokenizer.pad_token_id)
     kw = dict(max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
               pad_token_id=tokenizer.pad_token_id)
     pmi = lambda **extra: lambda: pmi_generate(model, inputs, alpha=args.alpha, p=args.p, **extra, **kw)  # noqa: E731
@@ -196,6 +212,8 @@ def model_level(args, model, tokenizer, records: list[dict]) -> dict:
         "plain": lambda: model.generate(**cond, **kw),
         "plain-prompt-once": lambda: model.generate(**cond, past_key_values=prompt_cache(model, cond, args.num_beams),
                                                     **kw),
+        "plain-stacked-prompt-once": lambda: model.generate(
+            **stacked, past_key_values=prompt_cache(model, stacked, args.num_beams), **kw),
         "pmi-paired-joint-prefill": _joint_prefill(pmi(paired=True)),
         "pmi-paired": pmi(paired=True),
         "pmi-separate": pmi(paired=False),
@@ -235,6 +253,7 @@ def profile_batch(args, model, tokenizer, records: list[dict], out_dir: Path) ->
     batch = records[: args.batch_size]
     inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
     cond = inputs["conditional"]
+    stacked = stacked_batch(cond, inputs["unconditional"], tokenizer.pad_token_id)
     kw = dict(max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens, num_beams=args.num_beams,
               pad_token_id=tokenizer.pad_token_id)
     runs = {

@@ -6,6 +6,8 @@
 
 Methods (each row of the table):
   plain      model.generate, no processor
+  plain-2x-rows  model.generate on the batch stacked on itself: what twice the rows cost, the
+             floor of a path that runs both branches as one batch
   separate   PMIDecode(alpha, p, model=..., unconditional_inputs=...): its own KV cache
   paired     pmi_generate: both branches in one batch (greedy, beam search; sampling modes fall back)
   *-prompt-once  decoder-only beam modes: the prompt runs once per dialogue, not once per beam
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import threading
@@ -86,7 +89,10 @@ class RecomputePMI(LogitsProcessor):
         return pmi_scores(scores, torch.log_softmax(logits.to(scores.dtype), -1), self.alpha, self.p)
 
 
-def build_model(name: str, device: str):
+def build_model(name: str, device: str, logit_scale: float = 1.0):
+    """``logit_scale``: multiply a random model's output layer (untied from the embeddings, same
+    cost) to sharpen its next-token distribution like a trained model's; random weights give a
+    near-flat one whose nucleus is most of the vocabulary (benchmarks/nucleus_sizes.py)."""
     torch.manual_seed(0)
     if name == "bart-base":
         cfg = BartConfig(
@@ -103,6 +109,12 @@ def build_model(name: str, device: str):
         model, _ = load_model_and_tokenizer("embedded")
     else:
         raise SystemExit(f"unknown model {name!r}: use bart-base, gpt2-small or embedded")
+    if logit_scale != 1.0:
+        if name == "embedded":
+            raise SystemExit("--logit-scale is for the random-weight models; the embedded model is trained")
+        head = model.get_output_embeddings()
+        head.weight = torch.nn.Parameter(head.weight.detach().clone() * logit_scale)
+        model.config.tie_word_embeddings = False
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or 0
     for key in ("forced_bos_token_id", "forced_eos_token_id", "no_repeat_ngram_size", "min_length"):
         setattr(model.generation_config, key, None if "forced" in key else 0)
@@ -182,6 +194,9 @@ def runners(model, inputs, mode: str, alpha: float, p: float, new_tokens: int):
             **kwargs,
         ),
     }
+    # The paired path's floor: plain decoding of twice the rows (the batch stacked on itself).
+    double = {key: torch.cat([value, value]) for key, value in cond.items()}
+    out["plain-2x-rows"] = lambda: model.generate(**double, **kwargs)
     if not MODES[mode].get("do_sample"):
         out["paired"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=True, **kwargs)
     beams = MODES[mode].get("num_beams", 1)
@@ -244,10 +259,10 @@ def run_case(model, model_name, dataset, mode, batch, args) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    head = "| model | data | mode | batch | method | wall s | tokens/s | x plain | peak added MB |\n"
-    head += "|---|---|---|---:|---|---:|---:|---:|---:|\n"
+    head = "| model | logit scale | data | mode | batch | method | wall s | tokens/s | x plain | peak added MB |\n"
+    head += "|---|---:|---|---|---:|---|---:|---:|---:|---:|\n"
     body = "".join(
-        f"| {r['model']} | {r['data']} | {r['mode']} | {r['batch']} | {r['method']} | {r['wall_s']:.3f} | "
+        f"| {r['model']} | {r.get('logit_scale', 1.0):g} | {r['data']} | {r['mode']} | {r['batch']} | {r['method']} | {r['wall_s']:.3f} | "
         f"{r['tokens_per_s']:.1f} | {r['ratio_to_plain']:.2f} | {r['peak_added_mb']:.0f} |\n"
         for r in rows
     )
@@ -267,22 +282,27 @@ def main(argv=None):
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--p", type=float, default=0.9)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--logit-scales", nargs="+", type=float, default=[1.0],
+                        help="random models only: output layer multiplied by each (1 = as initialised, "
+                             "near-flat); benchmarks/nucleus_sizes.py shows which scale matches a trained model")
     parser.add_argument("--output-dir", default="benchmarks/results")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = []
     for model_name in args.models:
-        model = build_model(model_name, args.device)
-        for dataset in args.datasets:
-            for mode in args.modes:
-                for batch in args.batch_sizes:
-                    case = run_case(model, model_name, dataset, mode, batch, args)
-                    rows.extend(case)
-                    print(markdown(case), flush=True)
+        for scale in args.logit_scales if model_name != "embedded" else [1.0]:
+            model = build_model(model_name, args.device, logit_scale=scale)
+            for dataset in args.datasets:
+                for mode in args.modes:
+                    for batch in args.batch_sizes:
+                        case = [dict(row, logit_scale=scale) for row in run_case(model, model_name, dataset, mode, batch, args)]
+                        rows.extend(case)
+                        print(markdown(case), flush=True)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(), "args": vars(args)}
+    meta = {"device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(), "args": vars(args),
+            "load_average_at_end": os.getloadavg()}
     (out / "decode_speed.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     table = markdown(rows)
     (out / "decode_speed.md").write_text(table)

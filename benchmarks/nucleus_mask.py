@@ -1,10 +1,16 @@
-"""Cost of nucleus_mask when a few rows of a large batch are flat (their top 64 hold less than p).
+"""Cost of nucleus_mask when some rows of a large batch are flat (their top 64 hold less than p).
 
-The previous version sorted the whole vocabulary of every row as soon as one row needed it; the
-current one sorts only those rows. Both are timed here on the same inputs (the previous version is
-kept below, verbatim in behaviour, for the comparison only), and checked to give the same mask.
+Three versions, timed on the same inputs and checked to give the same mask:
+  previous   sorted the whole vocabulary of every row as soon as one row needed it (kept below,
+             verbatim in behaviour, for the comparison only);
+  one_stage  the top 64 first, then a full sort of the rows it did not settle;
+  current    the top 64, then the top 1024 of the rows still short, then a full sort of the rest.
+"Medium" rows have a nucleus of some hundreds of tokens, as a trained model has in a third of its
+steps (benchmarks/nucleus_sizes.py); "flat" rows one of most of the vocabulary.
 
     python benchmarks/nucleus_mask.py --output docs/results/processor/nucleus_mask.json
+    python benchmarks/nucleus_mask.py --rows 32 --vocab 49152 --flat-rows 0 --medium-rows 0 11 32 \
+        --output docs/results/processor/nucleus_mask_stages.json
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import time
 
 import torch
 
+from pmi_decode import processor
 from pmi_decode.processor import nucleus_mask
 
 
@@ -35,12 +42,23 @@ def previous_nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
     return torch.zeros_like(finite).scatter(-1, order, keep_sorted) & finite
 
 
-def batch(rows: int, vocab: int, flat_rows: int, seed: int = 0) -> torch.Tensor:
-    """Peaked rows (a trained model's shape: the nucleus within the top few tokens) and
-    ``flat_rows`` near-uniform ones."""
+def one_stage_nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
+    stages = processor._NUCLEUS_STAGES
+    processor._NUCLEUS_STAGES = stages[:1]
+    try:
+        return nucleus_mask(log_probs, p)
+    finally:
+        processor._NUCLEUS_STAGES = stages
+
+
+def batch(rows: int, vocab: int, flat_rows: int, medium_rows: int = 0, seed: int = 0) -> torch.Tensor:
+    """Peaked rows (the nucleus within the top few tokens), ``flat_rows`` near-uniform ones, then
+    ``medium_rows`` whose nucleus holds some hundreds of tokens."""
     gen = torch.Generator().manual_seed(seed)
     logits = torch.randn(rows, vocab, generator=gen) * 8.0
     logits[:flat_rows] = torch.randn(flat_rows, vocab, generator=gen) * 0.1
+    medium = slice(flat_rows, flat_rows + medium_rows)
+    logits[medium] = torch.randn(logits[medium].shape, generator=gen) * 4.0
     return torch.log_softmax(logits, dim=-1)
 
 
@@ -59,6 +77,7 @@ def main():
     parser.add_argument("--rows", type=int, nargs="+", default=[256])
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--flat-rows", type=int, nargs="+", default=[0, 1, 16])
+    parser.add_argument("--medium-rows", type=int, nargs="+", default=[0])
     parser.add_argument("--p", type=float, default=0.9)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
@@ -68,15 +87,23 @@ def main():
     results = []
     for rows in args.rows:
         for flat in args.flat_rows:
-            lp = batch(rows, args.vocab, flat)
-            assert torch.equal(nucleus_mask(lp, args.p), previous_nucleus_mask(lp, args.p))
-            row = {
-                "rows": rows, "vocab": args.vocab, "flat_rows": flat, "p": args.p,
-                "previous_ms": round(1000 * timed(previous_nucleus_mask, lp, args.p, args.repeats), 2),
-                "current_ms": round(1000 * timed(nucleus_mask, lp, args.p, args.repeats), 2),
-            }
-            results.append(row)
-            print(row, flush=True)
+            for medium in args.medium_rows:
+                if flat + medium > rows:
+                    continue
+                lp = batch(rows, args.vocab, flat, medium)
+                expected = previous_nucleus_mask(lp, args.p)
+                assert torch.equal(nucleus_mask(lp, args.p), expected)
+                assert torch.equal(one_stage_nucleus_mask(lp, args.p), expected)
+                sizes = expected.sum(-1)
+                row = {
+                    "rows": rows, "vocab": args.vocab, "flat_rows": flat, "medium_rows": medium, "p": args.p,
+                    "nucleus_size_max_of_medium": int(sizes[flat:flat + medium].max()) if medium else None,
+                    "previous_ms": round(1000 * timed(previous_nucleus_mask, lp, args.p, args.repeats), 2),
+                    "one_stage_ms": round(1000 * timed(one_stage_nucleus_mask, lp, args.p, args.repeats), 2),
+                    "current_ms": round(1000 * timed(nucleus_mask, lp, args.p, args.repeats), 2),
+                }
+                results.append(row)
+                print(row, flush=True)
     if args.output:
         meta = {"torch": torch.__version__, "threads": args.threads, "machine": platform.machine(),
                 "repeats": args.repeats, "statistic": "median wall time of one call"}

@@ -59,7 +59,7 @@ def load_config(path: str) -> dict:
     for name, system in config["systems"].items():
         if not isinstance(system, dict) or "alpha" not in system:
             raise SystemExit(f"error: {path}: system {name!r} needs at least an alpha")
-        for flag in ("normalize", "conditional_end"):
+        for flag in ("normalize", "conditional_end", "trim_unfinished"):
             if not isinstance(system.get(flag, False), bool):
                 raise SystemExit(f"error: {path}: system {name!r}: {flag} must be true or false, "
                                  f"got {system[flag]!r}")
@@ -119,6 +119,7 @@ def _decode_options(config, system: dict) -> dict:
         response_no_repeat_ngram_size=guards.get("response_no_repeat_ngram_size"),
         normalize_scores=system.get("normalize", False), conditional_end=system.get("conditional_end", False),
         block_immediate_repeats=bool(guards.get("block_immediate_repeats", False)),
+        trim_unfinished=system.get("trim_unfinished", False),
     )
 
 
@@ -166,20 +167,19 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-_SENTENCE_END = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
-
-
 def finished_part(response: str) -> str:
     """The response up to its last sentence end ("" when no sentence ends): what is left of a
     response that ``max_new_tokens`` cut off, so grammar can be judged apart from the cut."""
-    ends = [m.end() for m in _SENTENCE_END.finditer(response.rstrip())]
-    return response[:ends[-1]] if ends else ""
+    from pmi_decode.responses import finished_part as part
+
+    return part(response)
 
 
 def unfinished(response: str) -> float:
     """1.0 when the response does not end a sentence (typically cut by ``max_new_tokens``)."""
-    text = response.rstrip()
-    return float(not text or finished_part(text) != text)
+    from pmi_decode.responses import is_unfinished
+
+    return float(is_unfinished(response))
 
 
 def layout_leaks(responses) -> list[float]:
@@ -333,7 +333,7 @@ def best_by_rule(summary: dict, goals: dict, baseline: str, reference: str) -> d
 
 def report(config, inputs: list[dict]) -> dict:
     root = Path(config["output_dir"])
-    baseline = config.get("baseline", "plain")
+    baseline = config.get("baseline_override") or config.get("baseline", "plain")
     reference = config.get("reference", "fixed-0.5")
     scored = {}
     for name in config["systems"]:
@@ -370,9 +370,16 @@ def report(config, inputs: list[dict]) -> dict:
               "baseline": baseline, "reference": reference, "summary": summary, "goals": goals, "best": best,
               "examples": examples}
     root.mkdir(parents=True, exist_ok=True)
-    (root / "comparison.json").write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
-    (root / "comparison.md").write_text(markdown(result), encoding="utf-8")
+    stem = _report_stem(config)
+    (root / f"{stem}.json").write_text(json.dumps(result, ensure_ascii=False, indent=1), encoding="utf-8")
+    (root / f"{stem}.md").write_text(markdown(result), encoding="utf-8")
     return result
+
+
+def _report_stem(config) -> str:
+    """``comparison``; against a baseline other than the config's, ``comparison_vs_<name>``."""
+    chosen = config.get("baseline_override")
+    return "comparison" if not chosen else "comparison_vs_" + re.sub(r"[^A-Za-z0-9_.+-]", "_", chosen)
 
 
 def _fmt(value, spec: str, scale: float = 1.0) -> str:
@@ -440,6 +447,8 @@ def main(argv=None) -> int:
     parser.add_argument("--first-turns", type=int,
                         help="decode only the first N of the selected turns (the same N for every system)")
     parser.add_argument("--output-dir", help="override output_dir")
+    parser.add_argument("--baseline", help="report against this system instead of the config's baseline "
+                        "(written as comparison_vs_<name>.json/.md beside the main report)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     config = load_config(args.config)
@@ -452,6 +461,10 @@ def main(argv=None) -> int:
         if unknown:
             raise SystemExit(f"error: unknown systems {unknown}; the config has {list(config['systems'])}")
         config["systems"] = {s: config["systems"][s] for s in wanted}
+    if args.baseline:
+        if args.baseline not in config["systems"]:
+            raise SystemExit(f"error: unknown baseline {args.baseline!r}; the config has {list(config['systems'])}")
+        config["baseline_override"] = args.baseline
     if config.get("num_threads"):
         import torch
 
@@ -466,7 +479,7 @@ def main(argv=None) -> int:
         score(config, inputs)
     if "report" in stages:
         result = report(config, inputs)
-        print((Path(config["output_dir"]) / "comparison.md").read_text())
+        print((Path(config["output_dir"]) / f"{_report_stem(config)}.md").read_text())
         return 0 if result else 1
     return 0
 

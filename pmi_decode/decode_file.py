@@ -178,7 +178,7 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
                     batch_size=None, max_length=None, max_history_turns=None, chat_template=None, format=None,
                     no_repeat_ngram_size=None, repetition_penalty=None, block_layout_markers=False,
                     response_no_repeat_ngram_size=None, normalize_scores=False, conditional_end=False,
-                    block_immediate_repeats=False, **options) -> dict:
+                    block_immediate_repeats=False, trim_unfinished=False, **options) -> dict:
     """The settings stored with every output record and compared on resume: every option that
     can change a record's content. ``batch_size`` is one of them: it decides which dialogues share
     a batch, hence the padding and, when sampling, each batch's seed. ``options``: further
@@ -214,6 +214,8 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
         settings["conditional_end"] = True
     if block_immediate_repeats:
         settings["block_immediate_repeats"] = True
+    if trim_unfinished:
+        settings["trim_unfinished"] = True
     if format is not None:
         import dataclasses
 
@@ -352,6 +354,28 @@ def _texts(tokenizer, sequences: torch.Tensor, prompt_len: int, enc_dec: bool) -
     return [t.strip() for t in tokenizer.batch_decode(new, skip_special_tokens=True)]
 
 
+def _cut_by_limit(model, sequences: torch.Tensor, prompt_len: int, enc_dec: bool) -> list[bool]:
+    """Which responses never produced an end token (``generate``'s ``eos_token_id``): those the
+    length limit stopped."""
+    new = sequences if enc_dec else sequences[:, prompt_len:]
+    ends = model.generation_config.eos_token_id
+    if ends is None:
+        return [True] * len(new)
+    ends = torch.tensor([ends] if isinstance(ends, int) else list(ends), device=new.device)
+    return (~torch.isin(new, ends).any(dim=-1)).tolist()
+
+
+def _trimmed(out: dict, key: str, cut: bool) -> None:
+    """With ``trim_unfinished``: drop the unfinished last sentence of a response the limit cut,
+    keeping the whole text beside it (``<key>_untrimmed``)."""
+    from .responses import trim_unfinished
+
+    text = out[key]
+    short = trim_unfinished(text) if cut else text
+    if short != text:
+        out[key], out[f"{key}_untrimmed"] = short, text
+
+
 def decode_records(
     records: Sequence[dict],
     model,
@@ -381,6 +405,7 @@ def decode_records(
     normalize_scores: bool = False,
     conditional_end: bool = False,
     block_immediate_repeats: bool = False,
+    trim_unfinished: bool = False,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
@@ -410,6 +435,9 @@ def decode_records(
     :class:`pmi_decode.guards.ResponseNoImmediateRepeat`).
     ``conditional_end``: the conditional model alone decides when a response ends
     (:class:`pmi_decode.PMIDecode`'s ``conditional_end``; the end token is ``generate``'s).
+    ``trim_unfinished``: a response that ``max_new_tokens`` cut mid-sentence loses its unfinished
+    last sentence when a finished one precedes it (:mod:`pmi_decode.responses`); the whole text
+    stays in the record as ``pmi_response_untrimmed`` / ``plain_response_untrimmed``.
 
     ``skip_ids`` and ``shard=(index, count)`` let a rerun or one of several processes decode
     part of ``records`` while every record keeps the batch (and seed) it gets when all of
@@ -442,7 +470,8 @@ def decode_records(
         no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
         block_layout_markers=block_layout_markers, response_no_repeat_ngram_size=response_no_repeat_ngram_size,
         normalize_scores=normalize_scores, conditional_end=conditional_end,
-        block_immediate_repeats=block_immediate_repeats, **(extra_settings or {}),
+        block_immediate_repeats=block_immediate_repeats, trim_unfinished=trim_unfinished,
+        **(extra_settings or {}),
     )
     encode_kw = dict(
         is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,
@@ -512,13 +541,15 @@ def decode_records(
                 pmi = _pmi_sequences(model, inputs, alpha=alpha, p=p, generate_kwargs=batch_kwargs,
                                      normalize=normalize_scores, conditional_end=conditional_end)
                 pmi_texts = _texts(tokenizer, pmi, prompt_len, enc_dec)
-                plain_texts = None
+                pmi_cut = _cut_by_limit(model, pmi, prompt_len, enc_dec)
+                plain_texts = plain_cut = None
                 if compare:
                     if batch_seed is not None:
                         torch.manual_seed(batch_seed)
                     plain_kwargs = dict(batch_kwargs, top_p=p) if do_sample else batch_kwargs
                     plain = _plain_sequences(model, inputs, plain_kwargs)
                     plain_texts = _texts(tokenizer, plain, prompt_len, enc_dec)
+                    plain_cut = _cut_by_limit(model, plain, prompt_len, enc_dec)
             for row, rec in enumerate(recs):
                 if str(rec["id"]) in skip:
                     continue
@@ -526,6 +557,10 @@ def decode_records(
                 out["pmi_response"] = pmi_texts[row]
                 if plain_texts is not None:
                     out["plain_response"] = plain_texts[row]
+                if trim_unfinished:
+                    _trimmed(out, "pmi_response", pmi_cut[row])
+                    if plain_texts is not None:
+                        _trimmed(out, "plain_response", plain_cut[row])
                 trunc = inputs["truncated"][row]
                 if trunc["document_truncated"] or trunc["history_turns_dropped"]:
                     out["truncated"] = trunc

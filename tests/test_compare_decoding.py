@@ -85,6 +85,28 @@ def test_goal_rule_and_best_system(tmp_path):
     assert ranking[1]["shortfall"] == {"grammar": pytest.approx(0.22)}
 
 
+def test_report_against_another_baseline(tmp_path):
+    """--baseline: the same scores judged against another system, written beside the main report."""
+    base = dict(cpmi_mean=0.0, knowledge_f1=0.05, rouge_l=0.10, ungrammatical=0.0, repeated_3gram_rate=0.0)
+    systems = {"plain": base, "plain+trim": dict(base, ungrammatical=0.25),
+               "fixed-0.5": dict(base, cpmi_mean=0.3, knowledge_f1=0.1, ungrammatical=0.25)}
+    for name, values in systems.items():
+        _write(tmp_path, name, _rows(values))
+    config = {"output_dir": str(tmp_path), "systems": {name: {"alpha": 0} for name in systems}, "examples": 1}
+    inputs = [{"id": str(i), "document": "d", "history": ["h"], "response": "g"} for i in range(4)]
+    assert not cd.report(config, inputs)["goals"]["fixed-0.5"]["checks"]["grammar"]
+    config["baseline_override"] = "plain+trim"
+    other = cd.report(config, inputs)
+    assert other["baseline"] == "plain+trim" and other["goals"]["fixed-0.5"]["checks"]["grammar"]
+    assert (tmp_path / "comparison_vs_plain+trim.json").is_file() and (tmp_path / "comparison.json").is_file()
+    assert json.loads((tmp_path / "comparison.json").read_text())["baseline"] == "plain"
+
+
+def test_trim_unfinished_is_a_system_option():
+    assert cd._decode_options(CONFIG, {"alpha": 0})["trim_unfinished"] is False
+    assert cd._decode_options(CONFIG, {"alpha": 0, "trim_unfinished": True})["trim_unfinished"] is True
+
+
 def test_paired_interval():
     base = [{"id": str(i), "x": 0.0} for i in range(3)]
     other = [{"id": str(i), "x": float(i)} for i in range(3)]  # differences 0, 1, 2

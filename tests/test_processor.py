@@ -242,18 +242,21 @@ def test_training_mode_is_refused():
         PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"])
 
 
+def full_sort_nucleus(lp, p):
+    """The nucleus the obvious way: sort every row, keep tokens before the mass reaches p."""
+    sorted_probs, order = lp.exp().sort(-1, descending=True)
+    cumulative = sorted_probs.cumsum(-1)
+    before = torch.cat([torch.zeros_like(cumulative[:, :1]), cumulative[:, :-1]], -1)
+    return torch.zeros_like(lp, dtype=torch.bool).scatter(-1, order, before < p) & torch.isfinite(lp)
+
+
 @pytest.mark.parametrize("temperature", [0.1, 1.0, 10.0])
 @pytest.mark.parametrize("p", [0.05, 0.6, 0.95, 0.9999])
 def test_nucleus_matches_a_full_sort(temperature, p):
     """The top-k search must find exactly the set a full sort finds, peaked or flat."""
     torch.manual_seed(1)
     lp = torch.log_softmax(torch.randn(6, 5000) / temperature, -1)
-    probs = lp.exp()
-    sorted_probs, order = probs.sort(-1, descending=True)
-    cumulative = sorted_probs.cumsum(-1)
-    before = torch.cat([torch.zeros_like(cumulative[:, :1]), cumulative[:, :-1]], -1)
-    expected = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < p)
-    assert torch.equal(nucleus_mask(lp, p), expected)
+    assert torch.equal(nucleus_mask(lp, p), full_sort_nucleus(lp, p))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -529,6 +532,28 @@ def test_branch_cache_is_freed_without_garbage_collection():
         gc.enable()
 
 
+def test_nucleus_stages_each_find_a_full_sorts_set():
+    """Rows settled by each stage of the search in one batch: nucleus within the top 64, within
+    the top 1024, and beyond (full sort); with -inf entries and a tie at the stage boundary."""
+    torch.manual_seed(3)
+    vocab = 6000
+    logits = torch.randn(9, vocab)
+    logits[0:3] *= 30.0   # peaked: a few tokens
+    logits[3:6] *= 3.0    # a nucleus of some hundreds of tokens
+    logits[6, :10] = -math.inf
+    logits[7, :2000] = 0.0  # flat over 2000 equal tokens: the top-1024 boundary falls in a tie
+    logits[7, 2000:] = -30.0
+    lp = torch.log_softmax(logits, -1)
+    expected = full_sort_nucleus(lp, 0.9)
+    got = nucleus_mask(lp, 0.9)
+    sizes = got.sum(-1)
+    assert (sizes[0:3] <= 64).all() and ((sizes[3:6] > 64) & (sizes[3:6] <= 1024)).all()
+    assert (sizes[6:] > 1024).all()
+    # ties: the same number of tokens, all of them among the tied ones
+    assert torch.equal(got[:7], expected[:7]) and torch.equal(got[8:], expected[8:])
+    assert sizes[7] == expected[7].sum() and not got[7, 2000:].any()
+
+
 def test_nucleus_sorts_only_the_rows_that_need_it_and_finds_the_same_set():
     """Peaked and flat rows in one batch: the flat rows' nucleus lies beyond the top 64, the
     peaked rows' within it; the mask must equal a full sort of every row (and keep -inf out)."""
@@ -537,10 +562,7 @@ def test_nucleus_sorts_only_the_rows_that_need_it_and_finds_the_same_set():
     logits[::2] *= 20.0  # peaked rows
     logits[1, :5] = -math.inf
     lp = torch.log_softmax(logits, -1)
-    sorted_probs, order = lp.exp().sort(-1, descending=True)
-    cumulative = sorted_probs.cumsum(-1)
-    before = torch.cat([torch.zeros_like(cumulative[:, :1]), cumulative[:, :-1]], -1)
-    expected = torch.zeros_like(lp, dtype=torch.bool).scatter(-1, order, before < 0.9) & torch.isfinite(lp)
+    expected = full_sort_nucleus(lp, 0.9)
     got = nucleus_mask(lp, 0.9)
     assert torch.equal(got, expected)
     assert (got[1::2].sum(-1) > 64).all() and (got[::2].sum(-1) <= 64).all()
