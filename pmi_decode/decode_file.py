@@ -33,6 +33,7 @@ from .inputs import (
 )
 from .adaptive import alpha_setting, resolve_alpha
 from .processor import PMIDecode
+from .responses import trim_unfinished
 
 logger = logging.getLogger(__name__)
 
@@ -368,8 +369,6 @@ def _cut_by_limit(model, sequences: torch.Tensor, prompt_len: int, enc_dec: bool
 def _trimmed(out: dict, key: str, cut: bool) -> None:
     """With ``trim_unfinished``: drop the unfinished last sentence of a response the limit cut,
     keeping the whole text beside it (``<key>_untrimmed``)."""
-    from .responses import trim_unfinished
-
     text = out[key]
     short = trim_unfinished(text) if cut else text
     if short != text:

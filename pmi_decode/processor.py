@@ -67,30 +67,27 @@ def nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
     # still short (same set either way: a top k in descending order is a full sort's prefix).
     # A flat row (random weights) goes to the sort after the first try.
     flat = probs.reshape(-1, probs.shape[-1])
+    vocab = flat.shape[-1]
     keep = torch.zeros_like(flat, dtype=torch.bool)
-    rows = None  # the rows still to settle; None: all of them (no gather copy on the first try)
-    sort_now = []  # rows no larger top k can settle: straight to the full sort
-    for stage, k in enumerate(_NUCLEUS_STAGES):
-        if k >= flat.shape[-1]:
-            break
-        top_probs, top_order = (flat if rows is None else flat[rows]).topk(k, dim=-1, sorted=True)
+    pending = torch.arange(flat.shape[0], device=flat.device)
+    to_sort = []
+    tries = [k for k in _NUCLEUS_STAGES if k < vocab]
+    for k, next_k in zip(tries, tries[1:] + [vocab]):
+        # the first try reads every row in place (no gather copy of the whole batch)
+        part = flat if len(pending) == flat.shape[0] else flat[pending]
+        top_probs, top_order = part.topk(k, dim=-1, sorted=True)
         mass = top_probs.cumsum(dim=-1)[:, -1]
         reached = mass >= p
-        kept = _keep_sorted(top_probs, p) & reached.unsqueeze(-1)
-        ids = torch.arange(flat.shape[0], device=flat.device) if rows is None else rows
-        if rows is None:
-            keep.scatter_(-1, top_order, kept)
-        else:
-            keep[rows] = keep[rows].scatter_(-1, top_order, kept)
-        # The next stage adds at most (next k - k) tokens, none more probable than this top k's
+        done = pending[reached]
+        keep[done] = keep[done].scatter_(-1, top_order[reached], _keep_sorted(top_probs[reached], p))
+        # The next try adds at most (next k - k) tokens, none more probable than this top k's
         # last: rows it cannot settle go to the sort at once (a wrong guess costs time, not exactness).
-        next_k = _NUCLEUS_STAGES[stage + 1] if stage + 1 < len(_NUCLEUS_STAGES) else flat.shape[-1]
         hopeless = ~reached & (mass + (next_k - k) * top_probs[:, -1] < p)
-        sort_now.append(ids[hopeless])
-        rows = ids[~reached & ~hopeless]
-        if not rows.numel():
+        to_sort.append(pending[hopeless])
+        pending = pending[~reached & ~hopeless]
+        if not pending.numel():
             break
-    rows = torch.arange(flat.shape[0], device=flat.device) if rows is None else torch.cat(sort_now + [rows])
+    rows = torch.cat(to_sort + [pending])
     if not rows.numel():
         return keep.reshape(probs.shape) & finite
     sorted_probs, order = flat[rows].sort(dim=-1, descending=True)
