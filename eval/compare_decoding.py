@@ -59,7 +59,7 @@ def load_config(path: str) -> dict:
     for name, system in config["systems"].items():
         if not isinstance(system, dict) or "alpha" not in system:
             raise SystemExit(f"error: {path}: system {name!r} needs at least an alpha")
-        for flag in ("normalize", "conditional_end", "trim_unfinished"):
+        for flag in ("normalize", "conditional_end", "trim_unfinished", "prefer_finished"):
             if not isinstance(system.get(flag, False), bool):
                 raise SystemExit(f"error: {path}: system {name!r}: {flag} must be true or false, "
                                  f"got {system[flag]!r}")
@@ -119,7 +119,8 @@ def _decode_options(config, system: dict) -> dict:
         response_no_repeat_ngram_size=guards.get("response_no_repeat_ngram_size"),
         normalize_scores=system.get("normalize", False), conditional_end=system.get("conditional_end", False),
         block_immediate_repeats=bool(guards.get("block_immediate_repeats", False)),
-        trim_unfinished=system.get("trim_unfinished", False),
+        capitalize_sentences=bool(guards.get("capitalize_sentences", False)),
+        trim_unfinished=system.get("trim_unfinished", False), prefer_finished=system.get("prefer_finished", False),
     )
 
 
@@ -194,16 +195,68 @@ def layout_leaks(responses) -> list[float]:
     return [float(any(m in r for m in markers) or bool(opening.search(r)) or chat_role_leak(r)) for r in responses]
 
 
-def score(config, inputs: list[dict]) -> None:
+def _checkers(config) -> tuple:
     from pmi_decode.metrics.grammar import get_checker
+
+    checker = get_checker(config.get("grammar_backend", "quire"))
+    # Harper beside the default backend, for comparison with earlier reports (issue 15 measured it).
+    harper = get_checker("harper") if config.get("grammar_backend", "quire") != "harper" else None
+    return checker, harper
+
+
+def grading(checker, harper) -> dict:
+    """What the grammar fields of a score file were computed with; saved in the file, so a score
+    stage under a changed checker or sentence-end rule re-grades the saved responses."""
+    from pmi_decode.responses import SENTENCE_ENDS
+
+    return {"backend": getattr(checker, "version", checker.name),
+            "beside": None if harper is None else getattr(harper, "version", harper.name),
+            "sentence_ends": SENTENCE_ENDS}
+
+
+def grammar_fields(resp: list[str], checker, harper) -> list[dict]:
+    """Per response: flagged by the backend, by Harper, cut off, and flagged in its finished part."""
+    flags = [count > 0 for count in checker.count_errors(resp)]
+    harper_flags = [float(c > 0) for c in harper.count_errors(resp)] if harper else [None] * len(resp)
+    # Grammar of the finished sentences alone: a response cut mid-sentence by max_new_tokens is
+    # flagged for the cut, which says "too long", not "ungrammatical".
+    finished = [finished_part(r) for r in resp]
+    has_finished = [i for i, f in enumerate(finished) if f.strip()]
+    finished_flags = [None] * len(resp)
+    for i, count in zip(has_finished, checker.count_errors([finished[i] for i in has_finished])):
+        finished_flags[i] = float(count > 0)
+    return [{"ungrammatical": float(flags[i]), "ungrammatical_harper": harper_flags[i],
+             "unfinished": unfinished(resp[i]), "ungrammatical_finished": finished_flags[i]}
+            for i in range(len(resp))]
+
+
+def regrade(path: Path, checker, harper) -> bool:
+    """Recompute the grammar fields of a saved score file when it was graded otherwise (the
+    faithfulness and overlap scores are kept); True when it changed."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    now = grading(checker, harper)
+    if data.get("grading") == now:
+        return False
+    fields = grammar_fields([r["response"] for r in data["scores"]], checker, harper)
+    for row, new in zip(data["scores"], fields):
+        row.update(new)
+    data["grading"] = now
+    path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    print(f"[score] {data['system']}: grammar re-graded ({now['backend']})", flush=True)
+    return True
+
+
+def score(config, inputs: list[dict]) -> None:
     from pmi_decode.metrics.overlap import bleu, rouge_l
     from pmi_decode.metrics.pmi_faith import PMIFaith
     from pmi_decode.metrics.reader import reader_measures
 
     order = {r["id"]: i for i, r in enumerate(inputs)}
-    pending = []
+    pending, graded = [], []
     for name in config["systems"]:
         paths = _paths(config, name)
+        if paths["scores"].is_file():
+            graded.append(paths["scores"])
         if not paths["generations"].is_file():
             continue
         rows = sorted(_rows(paths["generations"]), key=lambda r: order.get(str(r["id"]), 1e9))
@@ -214,14 +267,18 @@ def score(config, inputs: list[dict]) -> None:
         if paths["scores"].is_file() and json.loads(paths["scores"].read_text()).get("n") == len(rows):
             continue
         pending.append((name, rows))
+    rescored = {_paths(config, name)["scores"] for name, _ in pending}
+    graded = [path for path in graded if path not in rescored]
+    if not pending and not graded:
+        return
+    checker, harper = _checkers(config)
+    for path in graded:
+        regrade(path, checker, harper)
     if not pending:
         return
     scorer = PMIFaith(config["scorer_model"], chat_template=False, batch_size=int(config.get("scorer_batch_size", 8)),
                       max_length=config.get("scorer_max_length"), max_history_turns=config.get("max_history_turns"),
                       compute=("cpmi",))
-    checker = get_checker(config.get("grammar_backend", "quire"))
-    # Harper beside the default backend, for comparison with earlier reports (issue 15 measured it).
-    harper = get_checker("harper") if config.get("grammar_backend", "quire") != "harper" else None
     for name, rows in pending:
         start = time.time()
         docs = [r["document"] for r in rows]
@@ -231,25 +288,15 @@ def score(config, inputs: list[dict]) -> None:
         pmi = scorer.score(docs, hists, resp)
         reader = reader_measures(docs, hists, resp)
         rl, bl = rouge_l(resp, gold), bleu(resp, gold)
-        flags = [count > 0 for count in checker.count_errors(resp)]
-        harper_flags = [float(c > 0) for c in harper.count_errors(resp)] if harper else [None] * len(resp)
-        # Grammar of the finished sentences alone: a response cut mid-sentence by max_new_tokens is
-        # flagged for the cut, which says "too long", not "ungrammatical".
-        finished = [finished_part(r) for r in resp]
-        has_finished = [i for i, f in enumerate(finished) if f.strip()]
-        finished_flags = [None] * len(resp)
-        for i, count in zip(has_finished, checker.count_errors([finished[i] for i in has_finished])):
-            finished_flags[i] = float(count > 0)
+        grammar = grammar_fields(resp, checker, harper)
         leaks = layout_leaks(resp)
         per = []
         for i, r in enumerate(rows):
             per.append({"id": str(r["id"]), "response": resp[i], "cpmi_sum": pmi[i].get("cpmi_sum"),
                         "cpmi_mean": pmi[i].get("cpmi_mean"), "rouge_l": rl[i], "bleu": bl[i],
-                        "ungrammatical": float(flags[i]), "ungrammatical_harper": harper_flags[i],
-                        "unfinished": unfinished(resp[i]), "ungrammatical_finished": finished_flags[i],
-                        "layout_leak": leaks[i], **reader[i]})
+                        **grammar[i], "layout_leak": leaks[i], **reader[i]})
         data = {"system": name, "settings": rows[0]["settings"], "scorer_model": config["scorer_model"],
-                "n": len(per), "scores": per}
+                "n": len(per), "grading": grading(checker, harper), "scores": per}
         path = _paths(config, name)["scores"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")

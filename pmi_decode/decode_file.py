@@ -179,7 +179,8 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
                     batch_size=None, max_length=None, max_history_turns=None, chat_template=None, format=None,
                     no_repeat_ngram_size=None, repetition_penalty=None, block_layout_markers=False,
                     response_no_repeat_ngram_size=None, normalize_scores=False, conditional_end=False,
-                    block_immediate_repeats=False, trim_unfinished=False, **options) -> dict:
+                    block_immediate_repeats=False, trim_unfinished=False, prefer_finished=False,
+                    capitalize_sentences=False, **options) -> dict:
     """The settings stored with every output record and compared on resume: every option that
     can change a record's content. ``batch_size`` is one of them: it decides which dialogues share
     a batch, hence the padding and, when sampling, each batch's seed. ``options``: further
@@ -215,8 +216,12 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
         settings["conditional_end"] = True
     if block_immediate_repeats:
         settings["block_immediate_repeats"] = True
+    if capitalize_sentences:
+        settings["capitalize_sentences"] = True
     if trim_unfinished:
         settings["trim_unfinished"] = True
+    if prefer_finished and int(num_beams) > 1:
+        settings["prefer_finished"] = True
     if format is not None:
         import dataclasses
 
@@ -357,13 +362,24 @@ def _texts(tokenizer, sequences: torch.Tensor, prompt_len: int, enc_dec: bool) -
 
 def _cut_by_limit(model, sequences: torch.Tensor, prompt_len: int, enc_dec: bool) -> list[bool]:
     """Which responses never produced an end token (``generate``'s ``eos_token_id``): those the
-    length limit stopped."""
-    new = sequences if enc_dec else sequences[:, prompt_len:]
+    length limit stopped. An encoder-decoder's sequences open with the decoder start token, which
+    is the end token itself in BART, so that first token does not count."""
+    new = sequences[:, 1:] if enc_dec else sequences[:, prompt_len:]
     ends = model.generation_config.eos_token_id
     if ends is None:
         return [True] * len(new)
     ends = torch.tensor([ends] if isinstance(ends, int) else list(ends), device=new.device)
     return (~torch.isin(new, ends).any(dim=-1)).tolist()
+
+
+def _pick_finished(texts: list[str], cut: list[bool], group: int) -> tuple[list[str], list[bool]]:
+    """With ``prefer_finished``: of each row's ``group`` hypotheses (beam search's best first),
+    the first that the model ended itself (end token) with some text; the first when none did."""
+    picked = []
+    for start in range(0, len(texts), group):
+        rows = range(start, start + group)
+        picked.append(next((i for i in rows if not cut[i] and texts[i]), start))
+    return [texts[i] for i in picked], [cut[i] for i in picked]
 
 
 def _trimmed(out: dict, key: str, cut: bool) -> None:
@@ -405,6 +421,8 @@ def decode_records(
     conditional_end: bool = False,
     block_immediate_repeats: bool = False,
     trim_unfinished: bool = False,
+    prefer_finished: bool = False,
+    capitalize_sentences: bool = False,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
@@ -432,11 +450,17 @@ def decode_records(
     normalised over the nucleus (:class:`pmi_decode.PMIDecode`'s ``normalize``).
     ``block_immediate_repeats``: no word or short span repeated right away ("Blue Blue";
     :class:`pmi_decode.guards.ResponseNoImmediateRepeat`).
+    ``capitalize_sentences``: no sentence after the response's first opens in lower case
+    (:class:`pmi_decode.guards.SentenceCaseGuard`).
     ``conditional_end``: the conditional model alone decides when a response ends
     (:class:`pmi_decode.PMIDecode`'s ``conditional_end``; the end token is ``generate``'s).
     ``trim_unfinished``: a response that ``max_new_tokens`` cut mid-sentence loses its unfinished
     last sentence when a finished one precedes it (:mod:`pmi_decode.responses`); the whole text
     stays in the record as ``pmi_response_untrimmed`` / ``plain_response_untrimmed``.
+    ``prefer_finished`` (beam search, ``num_beams`` > 1): of the ``num_beams`` hypotheses beam
+    search ends with, return the best-scored one the model ended itself (end token) instead of a
+    better-scored one that ``max_new_tokens`` cut; the best one when none ended. The search is
+    unchanged (``generate`` returns all ``num_beams`` hypotheses, ranked); only the pick differs.
 
     ``skip_ids`` and ``shard=(index, count)`` let a rerun or one of several processes decode
     part of ``records`` while every record keeps the batch (and seed) it gets when all of
@@ -470,7 +494,7 @@ def decode_records(
         block_layout_markers=block_layout_markers, response_no_repeat_ngram_size=response_no_repeat_ngram_size,
         normalize_scores=normalize_scores, conditional_end=conditional_end,
         block_immediate_repeats=block_immediate_repeats, trim_unfinished=trim_unfinished,
-        **(extra_settings or {}),
+        prefer_finished=prefer_finished, capitalize_sentences=capitalize_sentences, **(extra_settings or {}),
     )
     encode_kw = dict(
         is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,
@@ -481,9 +505,11 @@ def decode_records(
         max_new_tokens=max_new_tokens,
         num_beams=num_beams,
         do_sample=do_sample,
-        num_return_sequences=1,
+        # prefer_finished: all the beams, ranked, to pick from (the search itself is the same)
+        num_return_sequences=num_beams if prefer_finished else 1,
         pad_token_id=pad_token_id(tokenizer),
     )
+    group = num_beams if prefer_finished else 1
     if do_sample:
         generate_kwargs["top_p"] = 1.0  # PMIDecode already keeps only the top-p nucleus
     if no_repeat_ngram_size:
@@ -494,6 +520,11 @@ def decode_records(
         from .guards import layout_guards
 
         generate_kwargs["logits_processor"] = layout_guards(tokenizer, model, format)
+    if capitalize_sentences:
+        from .guards import SentenceCaseGuard
+
+        # the vocabulary is read once; each batch gets the guard at its own prompt width
+        sentence_case = SentenceCaseGuard(tokenizer, 0).for_width
     batches = _batches(records, lengths, batch_size)
     if shard is not None:
         from .distributed import shard_units
@@ -529,6 +560,8 @@ def decode_records(
                 from .guards import ResponseNoImmediateRepeat
 
                 response_guards.append(ResponseNoImmediateRepeat(tokenizer, response_start))
+            if capitalize_sentences:
+                response_guards.append(sentence_case(response_start))
             if response_guards:
                 batch_kwargs = dict(generate_kwargs,
                                     logits_processor=[*response_guards, *generate_kwargs["logits_processor"]])
@@ -541,6 +574,8 @@ def decode_records(
                                      normalize=normalize_scores, conditional_end=conditional_end)
                 pmi_texts = _texts(tokenizer, pmi, prompt_len, enc_dec)
                 pmi_cut = _cut_by_limit(model, pmi, prompt_len, enc_dec)
+                if group > 1:
+                    pmi_texts, pmi_cut = _pick_finished(pmi_texts, pmi_cut, group)
                 plain_texts = plain_cut = None
                 if compare:
                     if batch_seed is not None:
@@ -549,6 +584,8 @@ def decode_records(
                     plain = _plain_sequences(model, inputs, plain_kwargs)
                     plain_texts = _texts(tokenizer, plain, prompt_len, enc_dec)
                     plain_cut = _cut_by_limit(model, plain, prompt_len, enc_dec)
+                    if group > 1:
+                        plain_texts, plain_cut = _pick_finished(plain_texts, plain_cut, group)
             for row, rec in enumerate(recs):
                 if str(rec["id"]) in skip:
                     continue

@@ -60,6 +60,7 @@ _BLOCKING = (
     "decoder_input_ids",
     "inputs_embeds",
     "past_key_values",
+    "cache",
     "streamer",
 )
 
@@ -290,7 +291,8 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
                          conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
-        if share_prompt and "past_key_values" not in kwargs and config.cache_implementation is None:
+        if (share_prompt and "past_key_values" not in kwargs and "cache" not in kwargs
+                and config.cache_implementation is None):
             cache = prompt_cache(model, cond, _expansion(config))
             if cache is not None:
                 kwargs["past_key_values"] = cache

@@ -27,8 +27,8 @@ from typing import Sequence
 import torch
 from transformers import LogitsProcessor
 
-__all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "ResponseNoImmediateRepeat", "layout_markers", "layout_guards", "control_token_ids",
-           "chat_role_leak"]
+__all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "ResponseNoImmediateRepeat", "SentenceCaseGuard", "layout_markers",
+           "layout_guards", "control_token_ids", "chat_role_leak"]
 
 #: Role names chat templates write after their role-start token ("<|im_start|>user").
 CHAT_ROLES = ("user", "assistant", "system", "model")
@@ -253,3 +253,79 @@ class ResponseNoImmediateRepeat(LogitsProcessor):
             if banned:
                 scores[row, banned] = -math.inf
         return scores
+
+
+# A sentence end at the end of a text: . ! or ? with any closing quotes or brackets, then (group 1)
+# the whitespace already written, if any.
+_ENDS_SENTENCE = re.compile(r"[.!?][\"'\u201d\u2019)\]]*(\s*)$")
+
+
+class SentenceCaseGuard(LogitsProcessor):
+    r"""Forbids opening a sentence in lower case: after ". " (or "!", "?") the next word starts
+    with a capital ("... with others. on the other hand" cannot be written).
+
+    PMI-Decode writes such openings more often than plain decoding: a lower-case word the
+    document-free model finds unlikely (it expects a capital there) gets the PMI bonus for being
+    unlikely without the document. A reader, and the grammar checker (quire's
+    ``capitalization-after-period``), take it for an error. At each step the guard decodes the end
+    of each row's response; when it ends a sentence, it bans the tokens whose text would put a
+    lower-case letter first in the next word (with a leading space, or without one when the space
+    is already written). Not after an abbreviation ("Marvel Worldwide Inc. and", "e.g. the"),
+    a dotted acronym or an initial (:func:`pmi_decode.responses.ends_in_abbreviation`), nor after
+    an ellipsis. A response may still open in lower case, as chat users write: only the sentences
+    after the first are held to it.
+
+    Args:
+        tokenizer: the model's tokenizer (the tokens' texts).
+        prompt_length: width of the prompt in ``input_ids`` (as :class:`ResponseNoRepeatNGram`).
+        lookback: how many of the response's last tokens are decoded to find the sentence end.
+    """
+
+    def __init__(self, tokenizer, prompt_length: int, lookback: int = 8):
+        for name, value, low in (("prompt_length", prompt_length, 0), ("lookback", lookback, 2)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        self.tokenizer, self.prompt_length, self.lookback = tokenizer, prompt_length, lookback
+        texts = _token_texts(tokenizer)
+        # before the whitespace: tokens of a space (or newline) and a lower-case letter first
+        self._spaced = torch.tensor([i for i, t in enumerate(texts) if re.match(r"\s+[^\W\d_]", t)
+                                     and t.lstrip()[:1].islower()], dtype=torch.long)
+        # once the whitespace is written: those and the ones with no leading space
+        self._bare = torch.tensor([i for i, t in enumerate(texts) if t[:1].islower() or (
+            re.match(r"\s+[^\W\d_]", t) and t.lstrip()[:1].islower())], dtype=torch.long)
+
+    def for_width(self, prompt_length: int) -> "SentenceCaseGuard":
+        """The same guard for prompts of another width (the token tables are shared)."""
+        other = object.__new__(SentenceCaseGuard)
+        other.__dict__.update(self.__dict__, prompt_length=prompt_length)
+        return other
+
+    def banned_ids(self, response: Sequence[int]) -> torch.Tensor:
+        """The tokens that would open a sentence in lower case right after ``response``."""
+        text = self.tokenizer.decode(list(response[-self.lookback:]), skip_special_tokens=True,
+                                     clean_up_tokenization_spaces=False)
+        end = _ENDS_SENTENCE.search(text)
+        if end is None or not text[:end.start(0)].strip():
+            return self._bare[:0]  # no sentence end, or nothing before it
+        before = text[:end.start(0) + 1]
+        if before.endswith("..") or _abbreviation(before):
+            return self._bare[:0]  # an ellipsis, or a period that ends a word, not a sentence
+        return self._bare if end.group(1) else self._spaced
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        scores = scores.clone()
+        for row in range(input_ids.shape[0]):
+            response = input_ids[row, self.prompt_length:].tolist()
+            if not response:
+                continue
+            banned = self.banned_ids(response)
+            banned = banned[banned < scores.shape[-1]]
+            if banned.numel():
+                scores[row, banned] = -math.inf
+        return scores
+
+
+def _abbreviation(text: str) -> bool:
+    from .responses import ends_in_abbreviation
+
+    return ends_in_abbreviation(text)

@@ -460,6 +460,7 @@ def conditional_half(output):
         return half(output)
     fields = {key: half(val) for key, val in output.items()}
     fields.pop("past_key_values", None)
+    fields.pop("cache", None)  # its name from transformers 5.24 on
     return type(output)(**fields)
 
 
@@ -654,7 +655,10 @@ class PMIDecode(LogitsProcessor):
             _hook_forward(model.get_encoder(), "_on_encoder_forward", self)
 
     def _on_model_forward(self, args, kwargs) -> None:
-        cache = kwargs.get("past_key_values")
+        # transformers >= 5.24 hands the cache to forward as ``cache``; earlier, as ``past_key_values``
+        cache = kwargs.get("cache")
+        if cache is None:
+            cache = kwargs.get("past_key_values")
         if cache is None or not hasattr(cache, "get_seq_length"):
             return  # not generate's forward (a scoring call, another processor): nothing to learn
         try:

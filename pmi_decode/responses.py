@@ -14,10 +14,39 @@ import re
 # ("2.5" and "e.g.x" are not ends).
 _SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*(?=\s|$)")
 
+#: The sentence-end rule's version, saved with grammar scores that depend on it.
+SENTENCE_ENDS = "abbreviations 1"
+
+#: Words that end in a period without ending a sentence when more text follows ("Marvel
+#: Worldwide Inc. and Timely", "Dr. Smith"), lowercased. Documents (Wikipedia) are full of them,
+#: and a response that quotes one must not count as two sentences, nor the word after it as a
+#: sentence opening in lower case (pmi_decode.metrics.grammar's quire backend).
+ABBREVIATIONS = frozenset({
+    # general, titles and references
+    "e.g.", "i.e.", "etc.", "vs.", "cf.", "al.", "viz.", "ca.", "approx.", "a.m.", "p.m.", "no.", "nos.",
+    "vol.", "fig.", "pp.", "ed.", "eds.", "mr.", "mrs.", "ms.", "dr.", "prof.", "jr.", "sr.", "st.",
+    "rev.", "hon.", "gen.", "col.", "lt.", "sgt.", "capt.", "cmdr.", "gov.", "sen.", "rep.", "pres.",
+    # companies and institutions
+    "inc.", "corp.", "co.", "ltd.", "llc.", "plc.", "bros.", "dept.", "univ.", "assn.",
+    # places and months
+    "mt.", "ft.", "ave.", "blvd.", "rd.", "jan.", "feb.", "aug.", "sept.", "oct.", "nov.", "dec.",
+})
+
+
+def ends_in_abbreviation(text: str) -> bool:
+    """True when the last word of ``text`` is a known abbreviation (:data:`ABBREVIATIONS`), a
+    dotted acronym ("U.S.") or an initial ("J.")."""
+    words = text.split()
+    word = words[-1].lower().lstrip("(\"'\u201c\u2018") if words else ""
+    return word in ABBREVIATIONS or re.fullmatch(r"(?:[a-z]\.)+", word) is not None
+
 
 def finished_part(response: str) -> str:
-    """The response up to its last sentence end ("" when no sentence ends)."""
-    ends = [m.end() for m in _SENTENCE_END.finditer(response.rstrip())]
+    """The response up to its last sentence end ("" when no sentence ends). A period after an
+    abbreviation ends no sentence unless the response ends there."""
+    text = response.rstrip()
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)
+            if m.end() == len(text) or not ends_in_abbreviation(text[:m.end()])]
     return response[:ends[-1]] if ends else ""
 
 

@@ -102,9 +102,14 @@ def test_report_against_another_baseline(tmp_path):
     assert json.loads((tmp_path / "comparison.json").read_text())["baseline"] == "plain"
 
 
-def test_trim_unfinished_is_a_system_option():
-    assert cd._decode_options(CONFIG, {"alpha": 0})["trim_unfinished"] is False
-    assert cd._decode_options(CONFIG, {"alpha": 0, "trim_unfinished": True})["trim_unfinished"] is True
+@pytest.mark.parametrize("flag", ["trim_unfinished", "prefer_finished"])
+def test_response_choices_are_system_options(flag, tmp_path):
+    assert cd._decode_options(CONFIG, {"alpha": 0})[flag] is False
+    assert cd._decode_options(CONFIG, {"alpha": 0, flag: True})[flag] is True
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"systems: {{plain: {{alpha: 0, {flag}: maybe}}}}\n")
+    with pytest.raises(SystemExit, match=flag):
+        cd.load_config(str(bad))
 
 
 def test_paired_interval():
@@ -163,3 +168,31 @@ def test_a_rerun_expects_the_settings_decode_records_writes(tmp_path):
         path = tmp_path / f"{len(system)}.jsonl"
         write_records(path, decode_records(records, model, tok, progress=False, **options))
         assert read_done_ids(path, decode_settings(do_sample=False, **options)) == {r["id"] for r in records}
+
+
+class _Counting:
+    """A stand-in checker (the re-grading is under test, not the checker): one error per "bad"."""
+
+    name = "counting"
+
+    def __init__(self, version):
+        self.version = version
+
+    def count_errors(self, texts):
+        return [t.count("bad") for t in texts]
+
+
+def test_regrade_updates_grammar_only_when_the_grading_changed(tmp_path):
+    path = tmp_path / "scores.json"
+    rows = [{"id": "0", "response": "bad start. It", "cpmi_mean": 0.5, "ungrammatical": 0.0},
+            {"id": "1", "response": "All good.", "cpmi_mean": 0.1, "ungrammatical": 1.0}]
+    path.write_text(json.dumps({"system": "s", "n": 2, "scores": rows}))
+    assert cd.regrade(path, _Counting("v1"), None)
+    data = json.loads(path.read_text())
+    assert [r["ungrammatical"] for r in data["scores"]] == [1.0, 0.0]
+    assert [r["unfinished"] for r in data["scores"]] == [1.0, 0.0]
+    assert [r["ungrammatical_finished"] for r in data["scores"]] == [1.0, 0.0]  # "bad start." is finished
+    assert [r["cpmi_mean"] for r in data["scores"]] == [0.5, 0.1], "the other scores are kept"
+    assert data["grading"]["backend"] == "v1"
+    assert not cd.regrade(path, _Counting("v1"), None), "same grading: nothing to do"
+    assert cd.regrade(path, _Counting("v2"), None)

@@ -149,3 +149,15 @@ def test_quire_leaves_spacing_to_the_tokeniser(quire_checker):
     tokenised = "Can you recommend any movies to watch ?"
     assert quire_checker.count_errors([tokenised]) == [0]
     assert get_checker("quire", disable=("style",)).count_errors([tokenised]) == [1]  # the rule exists and fires
+
+
+def test_quire_knows_the_abbreviations_documents_use(quire_checker):
+    """"Inc." does not end a sentence: quoting "Marvel Worldwide Inc. and Timely" is no error,
+    while a sentence really opened in lower case still is, and quire alone flags both."""
+    quoted = ["Marvel Worldwide Inc. and Timely Publications are here.", "Acme Corp. sells things.",
+              "Larry Page founded Google Inc. in 1998."]
+    assert quire_checker.count_errors(quoted) == [0, 0, 0]
+    assert quire_checker.count_errors(["I like it. the end is near."]) == [1]
+    raw = get_checker("quire", disable=("style", "space-before-punctuation", "missing-space-after-sentence"))
+    raw_flags = [c for c in raw._check(quoted[0], disable=raw.disable) if c.suggestions]
+    assert any(c.rule_id == "capitalization-after-period" for c in raw_flags), "quire's own rule fires there"

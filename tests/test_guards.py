@@ -2,6 +2,7 @@
 repetition options combine with the processor exactly, in both pmi_generate paths."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -419,3 +420,82 @@ def test_a_marker_word_cannot_open_the_response(paired):
     line = tok("Fine.\nDocum", add_special_tokens=False)["input_ids"]
     rest = [i for i in range(len(tok)) if tok.decode([i]).startswith("ent")]
     assert rest and set(rest) <= set(guard.banned_ids(line).tolist())
+
+
+# a sentence opened in lower case after some text (not after an ellipsis)
+LOWER_OPENING = re.compile(r"(?<=[^\s.])[.!?][\"')\]]*\s+[a-z]")
+
+
+def test_sentence_case_bans_exactly_the_lower_case_openings():
+    """Brute force over the tiny vocabulary: after a sentence end every banned token would open
+    the next sentence in lower case and every allowed one would not; after an abbreviation, an
+    ellipsis, a decimal or mid-sentence nothing is banned."""
+    from pmi_decode.guards import SentenceCaseGuard
+
+    tok = tiny_tokenizer("llama")
+    guard = SentenceCaseGuard(tok, prompt_length=0)
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    for text in ("I like it.", "I like it. ", "Really?", 'He said "yes."', "Fine.\n"):
+        row = ids(text)
+        banned = set(guard.banned_ids(row).tolist())
+        assert banned, text
+        for token in range(len(tok)):
+            full = tok.decode(row + [token], skip_special_tokens=True)
+            opens_lower = LOWER_OPENING.search(full, max(0, len(tok.decode(row)) - 3)) is not None
+            assert (token in banned) == opens_lower, (text, tok.decode([token]))
+    for text in ("Apple Inc.", "It is in the U.S.", "Fruits, e.g.", "Wait...", "It is 2.5", "It is", "."):
+        assert guard.banned_ids(ids(text)).numel() == 0, text
+    with pytest.raises(ValueError, match="lookback"):
+        SentenceCaseGuard(tok, 0, lookback=1)
+
+
+@pytest.mark.parametrize("kind,paired", [("llama", True), ("llama", False), ("bart", True), ("bart", False)])
+def test_sentence_case_in_both_paths(kind, paired):
+    """A model pushed toward ". the" writes lower-case openings without the guard and none with
+    it, in both pmi_generate paths, and the guarded run equals generate with the guard and the
+    slow reference."""
+    from pmi_decode.guards import SentenceCaseGuard
+
+    tok, model = tiny_tokenizer(kind), tiny_model(kind)
+    inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
+    width = 1 if kind == "bart" else inputs["conditional"]["input_ids"].shape[1]
+    it, period, the = (tok(piece, add_special_tokens=False)["input_ids"][0] for piece in (" is", ".", " the"))
+    follow = {it: period, period: the}  # " is" -> "." -> " the" -> " is" ...: "is. the is. the"
+
+    def push(module, args, kwargs, output):  # by each row's last token, whichever forward runs it
+        tokens = kwargs.get("decoder_input_ids", kwargs.get("input_ids"))
+        if tokens is None and args:
+            tokens = args[0]
+        for row, last in enumerate(tokens[:, -1].tolist()):
+            output.logits[row, -1, follow.get(last, it)] += 50.0
+        return output
+
+    handle = model.register_forward_hook(push, with_kwargs=True)
+    try:
+        kwargs = dict(num_beams=3, max_new_tokens=8, min_new_tokens=8)
+        texts = lambda out: tok.batch_decode(out[:, width:], skip_special_tokens=True)  # noqa: E731
+        free = texts(pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, **kwargs))
+        assert any(LOWER_OPENING.search(t) for t in free), f"the push must open a sentence in lower case: {free}"
+        guard = SentenceCaseGuard(tok, width)
+        guarded = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, logits_processor=[guard], **kwargs)
+        assert not any(LOWER_OPENING.search(t) for t in texts(guarded)), texts(guarded)
+        slow = model.generate(**inputs["conditional"], logits_processor=[guard, reference(model, inputs, 0.5, 0.9)],
+                              **kwargs)
+        assert torch.equal(guarded, slow)
+    finally:
+        handle.remove()
+
+
+def test_decode_records_and_cli_capitalize_sentences():
+    from pmi_decode.cli import GUARD_DEFAULTS, _decode_options, build_parser
+
+    tok, model = tiny_tokenizer("llama"), tiny_model("llama")
+    records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]
+    out = list(decode_records(records, model, tok, alpha=0.5, p=0.9, num_beams=2, max_new_tokens=6,
+                              capitalize_sentences=True, progress=False))
+    assert all(r["settings"]["capitalize_sentences"] is True for r in out)
+    parser = build_parser()
+    base = ["generate", "--input", "a", "--output", "b"]
+    assert _decode_options(parser.parse_args(base))["capitalize_sentences"] is GUARD_DEFAULTS["capitalize_sentences"]
+    assert _decode_options(parser.parse_args(base + ["--no-capitalize-sentences"]))["capitalize_sentences"] is False
+    assert _decode_options(parser.parse_args(base + ["--capitalize-sentences"]))["capitalize_sentences"] is True

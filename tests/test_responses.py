@@ -1,5 +1,6 @@
 """Trimming the unfinished last sentence of a response the length limit cut (pmi_decode.responses)."""
 
+import pytest
 import torch
 from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 
@@ -24,8 +25,8 @@ class Script:
     over several positions, a prompt prefill, starts it over): a stand-in for a trained model
     that writes sentences."""
 
-    def __init__(self, model, ids):
-        self.ids, self.step = ids, 0
+    def __init__(self, model, ids, runner_up: tuple[int, float] | None = None):
+        self.ids, self.step, self.runner_up = ids, 0, runner_up
         self.handle = model.get_output_embeddings().register_forward_hook(self)
 
     def __call__(self, module, args, output):
@@ -34,15 +35,20 @@ class Script:
             return output
         token = self.ids[self.step % len(self.ids)]
         self.step += 1
-        return output + torch.nn.functional.one_hot(torch.tensor(token), output.shape[-1]).to(output.dtype) * 100.0
+        push = torch.nn.functional.one_hot(torch.tensor(token), output.shape[-1]).to(output.dtype) * 100.0
+        if self.runner_up is not None:  # a second token a little behind the script's at every step,
+            other, bonus = self.runner_up  # and the random model's own logits dropped, so that
+            push[other] += bonus  # the gap between the two is exactly 100 - bonus
+            return output * 0.0 + push
+        return output + push
 
 
-def _decode(model, tok, script, **options):
+def _decode(model, tok, script, runner_up=None, **options):
     records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]
-    forced = Script(model, script)
+    forced = Script(model, script, runner_up)
+    options = {"num_beams": 2, "max_new_tokens": 10, **options}
     try:
-        return list(decode_records(records, model, tok, alpha=0.5, p=0.9, num_beams=2, max_new_tokens=10,
-                                   compare=True, progress=False, **options))
+        return list(decode_records(records, model, tok, alpha=0.5, p=0.9, compare=True, progress=False, **options))
     finally:
         forced.handle.remove()
 
@@ -79,3 +85,55 @@ def test_cli_trims_only_when_asked():
     base = ["generate", "--input", "in.jsonl", "--output", "out.jsonl"]
     assert _decode_options(parser.parse_args(base))["trim_unfinished"] is False
     assert _decode_options(parser.parse_args(base + ["--trim-unfinished"]))["trim_unfinished"] is True
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_prefer_finished_returns_the_best_beam_that_ended(kind):
+    """The script's loop is every step's best token and the end token is a close second, so the
+    best beam runs to the limit and the best beam that ended is the longest: the script's first
+    ``max_new_tokens - 1`` tokens, then the end token (the length-normalised score of
+    ``k - 1`` script tokens and an end token grows with ``k``)."""
+    tok, model = tiny_tokenizer(kind), tiny_model(kind)
+    script = tok("Yes. It was", add_special_tokens=False)["input_ids"]  # no token is a bare space
+    eos = model.generation_config.eos_token_id
+    limit, beams = 6, 3
+
+    def text(start, length):  # the script's tokens from ``start`` on (a prefill may consume some)
+        return tok.decode([script[(start + i) % len(script)] for i in range(length)]).strip()
+
+    options = dict(runner_up=(eos, 99.0), num_beams=beams, max_new_tokens=limit)
+    best = _decode(model, tok, script, **options)
+    picked = _decode(model, tok, script, prefer_finished=True, **options)
+    for whole, chosen in zip(best, picked):
+        assert "prefer_finished" not in whole["settings"] and chosen["settings"]["prefer_finished"] is True
+        for key in ("pmi_response", "plain_response"):
+            starts = [o for o in range(len(script)) if text(o, limit) == whole[key]]
+            assert len(starts) == 1, f"the best beam is the one the limit cut: {whole[key]!r}"
+            assert chosen[key] == text(starts[0], limit - 1), "the best beam that ended"
+
+    # No beam ended: the best beam, as without the option; one beam: nothing to pick, nothing stored.
+    for num_beams in (beams, 1):
+        other = _decode(model, tok, script, prefer_finished=True, num_beams=num_beams, max_new_tokens=limit)
+        for row, whole in zip(other, _decode(model, tok, script, num_beams=num_beams, max_new_tokens=limit)):
+            assert row["pmi_response"] == whole["pmi_response"] and row["plain_response"] == whole["plain_response"]
+    assert all("prefer_finished" not in r["settings"] for r in other)
+
+
+def test_cli_prefers_finished_only_when_asked():
+    from pmi_decode.cli import _decode_options, build_parser
+
+    parser = build_parser()
+    base = ["generate", "--input", "in.jsonl", "--output", "out.jsonl"]
+    assert _decode_options(parser.parse_args(base + ["--no-prefer-finished"]))["prefer_finished"] is False
+    assert _decode_options(parser.parse_args(base + ["--prefer-finished"]))["prefer_finished"] is True
+
+
+def test_abbreviations_end_no_sentence():
+    from pmi_decode.responses import ends_in_abbreviation
+
+    assert ends_in_abbreviation("Marvel Worldwide Inc.") and ends_in_abbreviation("in the U.S.")
+    assert ends_in_abbreviation("by J.") and not ends_in_abbreviation("I like it.")
+    assert finished_part("It was Apple Inc. and then") == ""
+    assert finished_part("It was Apple Inc. Then it") == ""  # ambiguous: kept as one sentence
+    assert finished_part("I met Dr. Smith. Then") == "I met Dr. Smith."
+    assert finished_part("They founded Apple Inc.") == "They founded Apple Inc."  # the end of the text ends it

@@ -33,6 +33,8 @@ from __future__ import annotations
 import os
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
+from ..responses import ends_in_abbreviation
+
 __all__ = [
     "GrammarChecker",
     "GrammarCheckerUnavailable",
@@ -184,10 +186,15 @@ class QuireChecker:
     category (passive voice, long sentences: not grammar) and the two spacing rules (a space
     before "?" or after "." reflects how a data set was tokenised, not the writer's grammar;
     GECToR reads tokenised text and never sees it). ``disable`` takes rule ids or categories.
-    As with the other backends, only flags with a suggested fix count.
+    As with the other backends, only flags with a suggested fix count. quire's rule for a lower-case
+    word after a period knows the abbreviations of fiction ("Dr.", "e.g.") but not those of the
+    documents responses quote ("Marvel Worldwide Inc. and Timely", "Acme Corp. and"), so its flags
+    after any word of :data:`pmi_decode.responses.ABBREVIATIONS` are dropped.
     """
 
     name = "quire"
+    #: Saved with scores, so a change of the checker's behaviour re-grades saved responses.
+    version = "quire-grammar 0.3.4; abbreviations 1"
 
     def __init__(self, *, tagger_only: bool = False, disable: Iterable[str] | None = None,
                  min_confidence: float = 0.0):
@@ -219,6 +226,8 @@ class QuireChecker:
         found = []
         for c in self._check(text, disable=self.disable, min_confidence=self.min_confidence):
             if not c.suggestions:
+                continue
+            if c.rule_id == "capitalization-after-period" and ends_in_abbreviation(text[:c.start].rstrip()):
                 continue
             found.append({"kind": c.category, "rule": c.rule_id, "text": c.original, "start": c.start,
                           "message": c.message, "suggestions": list(c.suggestions)})
