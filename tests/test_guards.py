@@ -449,11 +449,17 @@ def test_sentence_case_bans_exactly_the_lower_case_openings():
         SentenceCaseGuard(tok, 0, lookback=1)
 
 
-@pytest.mark.parametrize("kind,paired", [("llama", True), ("llama", False), ("bart", True), ("bart", False)])
-def test_sentence_case_in_both_paths(kind, paired):
+MODES = {"beam": dict(num_beams=3), "greedy": dict(num_beams=1), "sampling": dict(num_beams=1, do_sample=True),
+         "beam_sampling": dict(num_beams=3, do_sample=True)}
+
+
+@pytest.mark.parametrize("kind,paired,mode", [  # the paired path refuses sampling (its halves would draw apart)
+    (kind, paired, mode) for kind in ("llama", "bart") for paired in (True, False) for mode in MODES
+    if not (paired and MODES[mode].get("do_sample"))])
+def test_sentence_case_in_both_paths(kind, paired, mode):
     """A model pushed toward ". the" writes lower-case openings without the guard and none with
-    it, in both pmi_generate paths, and the guarded run equals generate with the guard and the
-    slow reference."""
+    it, in both pmi_generate paths and every decoding mode, and the guarded run equals generate
+    with the guard and the slow reference (same seed when sampling)."""
     from pmi_decode.guards import SentenceCaseGuard
 
     tok, model = tiny_tokenizer(kind), tiny_model(kind)
@@ -472,13 +478,20 @@ def test_sentence_case_in_both_paths(kind, paired):
 
     handle = model.register_forward_hook(push, with_kwargs=True)
     try:
-        kwargs = dict(num_beams=3, max_new_tokens=8, min_new_tokens=8)
+        # output_scores: full-vocabulary branch logits, which the push above indexes (the nucleus-only
+        # projection of greedy search and sampling has its own tests)
+        kwargs = dict(max_new_tokens=8, min_new_tokens=8, output_scores=True, **MODES[mode])
+        if kwargs.get("do_sample"):
+            kwargs["top_p"] = 1.0  # the nucleus is PMIDecode's
         texts = lambda out: tok.batch_decode(out[:, width:], skip_special_tokens=True)  # noqa: E731
+        torch.manual_seed(0)
         free = texts(pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, **kwargs))
         assert any(LOWER_OPENING.search(t) for t in free), f"the push must open a sentence in lower case: {free}"
         guard = SentenceCaseGuard(tok, width)
+        torch.manual_seed(1)
         guarded = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, logits_processor=[guard], **kwargs)
         assert not any(LOWER_OPENING.search(t) for t in texts(guarded)), texts(guarded)
+        torch.manual_seed(1)
         slow = model.generate(**inputs["conditional"], logits_processor=[guard, reference(model, inputs, 0.5, 0.9)],
                               **kwargs)
         assert torch.equal(guarded, slow)
