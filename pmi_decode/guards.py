@@ -27,6 +27,8 @@ from typing import Sequence
 import torch
 from transformers import LogitsProcessor
 
+from .responses import ends_in_abbreviation
+
 __all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "ResponseNoImmediateRepeat", "SentenceCaseGuard", "layout_markers",
            "layout_guards", "control_token_ids", "chat_role_leak"]
 
@@ -288,11 +290,11 @@ class SentenceCaseGuard(LogitsProcessor):
         self.tokenizer, self.prompt_length, self.lookback = tokenizer, prompt_length, lookback
         texts = _token_texts(tokenizer)
         # before the whitespace: tokens of a space (or newline) and a lower-case letter first
-        self._spaced = torch.tensor([i for i, t in enumerate(texts) if re.match(r"\s+[^\W\d_]", t)
-                                     and t.lstrip()[:1].islower()], dtype=torch.long)
+        spaced = {i for i, t in enumerate(texts) if t[:1].isspace() and t.lstrip()[:1].islower()}
+        self._spaced = torch.tensor(sorted(spaced), dtype=torch.long)
         # once the whitespace is written: those and the ones with no leading space
-        self._bare = torch.tensor([i for i, t in enumerate(texts) if t[:1].islower() or (
-            re.match(r"\s+[^\W\d_]", t) and t.lstrip()[:1].islower())], dtype=torch.long)
+        self._bare = torch.tensor(sorted(spaced | {i for i, t in enumerate(texts) if t[:1].islower()}),
+                                  dtype=torch.long)
 
     def for_width(self, prompt_length: int) -> "SentenceCaseGuard":
         """The same guard for prompts of another width (the token tables are shared)."""
@@ -308,7 +310,7 @@ class SentenceCaseGuard(LogitsProcessor):
         if end is None or not text[:end.start(0)].strip():
             return self._bare[:0]  # no sentence end, or nothing before it
         before = text[:end.start(0) + 1]
-        if before.endswith("..") or _abbreviation(before):
+        if before.endswith("..") or ends_in_abbreviation(before):
             return self._bare[:0]  # an ellipsis, or a period that ends a word, not a sentence
         return self._bare if end.group(1) else self._spaced
 
@@ -323,9 +325,3 @@ class SentenceCaseGuard(LogitsProcessor):
             if banned.numel():
                 scores[row, banned] = -math.inf
         return scores
-
-
-def _abbreviation(text: str) -> bool:
-    from .responses import ends_in_abbreviation
-
-    return ends_in_abbreviation(text)
