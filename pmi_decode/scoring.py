@@ -47,7 +47,7 @@ METRIC_MODULES = ["pmi_decode.metrics.q2", "pmi_decode.metrics.grammar", "pmi_de
 
 RESPONSE_FIELDS = ("response", "pmi_response", "plain_response")
 DEFAULT_METRICS = ("pmi_faith", "knowledge_f1", "gold_rouge_l", "gold_bleu", "answers_question", "copy_rate",
-                   "repetition", "grammar")
+                   "repetition", "grammar", "correctness")
 
 #: Names the command line refuses: they used to mean "against the document" while the docs said
 #: "against the gold response".
@@ -238,6 +238,17 @@ for _name, _short in (("unigram_f1", "f1"), ("bleu", "bleu"), ("rouge_l", "rouge
     register_metric(_name, _against_document(_name, _name))  # BEGIN's document-overlap baselines
 
 
+@register_metric("correctness")
+def _correctness(documents, histories, responses, *, answers=None, answerable=None, **options):
+    """Is the response right: answer_match / answer_recall against the record's ``answers``
+    (reference answers), abstains, asserts_unanswerable (records with ``answerable: false``),
+    wrong_facts / wrong_numbers / wrong_names (a number, date or name the document does not state
+    in that context), recited_share (words past the answering sentence), response_words."""
+    from .metrics.correctness import correctness_measures
+
+    return correctness_measures(documents, histories, responses, answers=answers, answerable=answerable)
+
+
 # ---------------------------------------------------------------------------- records
 def _check_record(record, where: str) -> None:
     if not isinstance(record, dict):
@@ -250,6 +261,15 @@ def _check_record(record, where: str) -> None:
     for field in RESPONSE_FIELDS:
         if field in record and record[field] is not None and not isinstance(record[field], str):
             raise ValueError(f"{where}: field {field!r} must be a string")
+    answers = record.get("answers")
+    if answers is not None and (isinstance(answers, str) or not isinstance(answers, list)
+                                or not all(isinstance(a, str) for a in answers)):
+        raise ValueError(f"{where}: field 'answers' must be a list of reference answer strings")
+    answerable = record.get("answerable")
+    if answerable is not None and not isinstance(answerable, bool):
+        raise ValueError(f"{where}: field 'answerable' must be true or false")
+    if answerable is False and answers:
+        raise ValueError(f"{where}: marked answerable: false but has reference answers")
 
 
 def score_records(records: Sequence[dict], metrics: Iterable[str] = DEFAULT_METRICS, **options) -> list[dict]:
@@ -272,9 +292,12 @@ def score_records(records: Sequence[dict], metrics: Iterable[str] = DEFAULT_METR
         histories = [records[i]["history"] for i in rows]
         responses = [records[i][field] for i in rows]
         golds = [None if field == "response" else records[i].get("response") for i in rows]
+        answers = [records[i].get("answers") for i in rows]
+        answerable = [records[i].get("answerable") for i in rows]
         for name, fn in functions.items():
             logger.info("scoring %d %s values with %s", len(rows), field, name)
-            results = fn(documents, histories, responses, gold_responses=golds, **options)
+            results = fn(documents, histories, responses, gold_responses=golds, answers=answers,
+                         answerable=answerable, **options)
             if len(results) != len(rows):
                 raise RuntimeError(f"metric {name!r} returned {len(results)} results for {len(rows)} responses")
             for i, result in zip(rows, results):

@@ -49,6 +49,8 @@ _NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60
                       "million": "1000000", "billion": "1000000000", "dozen": "12"})
 _ORDINAL_WORDS = {"first": "1", "second": "2", "third": "3", "fourth": "4", "fifth": "5", "sixth": "6",
                   "seventh": "7", "eighth": "8", "ninth": "9", "tenth": "10"}
+#: Date and time entities that are facts only with a number or a name in them.
+_VAGUE_LABELS = frozenset({"DATE", "TIME"})
 _DIGITS = re.compile(r"^\d[\d,]*(\.\d+)?$")
 _ORDINAL = re.compile(r"^(\d+)(st|nd|rd|th)$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -121,16 +123,19 @@ def _is_bare_one(span) -> bool:
     return span.text.lower() == "one"
 
 
-def fact_units(response: str, nlp) -> list[dict]:
+def fact_units(response: str, nlp, *, drop_vague: bool = False) -> list[dict]:
     """The response's fact units: ``{"text", "start", "end", "label", "numeric", "keys"}``
     (character span; the NER label, or ``PROPN``/``NUM`` for a word outside every entity;
     ``keys``: one tuple of acceptable forms per key word). Entities come from NER; proper nouns
-    and numbers outside every entity are units of their own."""
+    and numbers outside every entity are units of their own. ``drop_vague``: skip date and time
+    entities with no number or name in them ("weekdays", "every year")."""
     doc = nlp(response)
     units, covered = [], set()
     for ent in doc.ents:
         if ent.label_ not in FACT_ENTITY_LABELS:
             continue
+        if drop_vague and ent.label_ in _VAGUE_LABELS and not any(t.like_num or t.pos_ == "PROPN" for t in ent):
+            continue  # "weekdays", "every year", "tonight": no number or name to check
         keys = [k for k in (_key_forms(t, True) for t in ent) if k is not None]
         covered.update(range(ent.start, ent.end))
         if keys and not _is_bare_one(ent):
@@ -199,3 +204,263 @@ def fact_features(document: str, history: Sequence[str], response: str, *, nlp=N
         "fact_support_share": 1.0 - len(unsupported) / len(units) if units else 1.0,
         "weakest_sentence_support": weakest_sentence_support(document, response, nlp),
     }
+
+
+# ---- facts in context ----------------------------------------------------------------------
+# A unit the sources contain can still be wrong where the response puts it: "open 9 am to 4 pm"
+# joins two times of a document that says 9 am to 8 pm on weekdays and 10 am to 4 pm on
+# Saturdays; "borrow up to 3 books" takes the 3 of "12 books for 3 weeks".
+
+#: Currency and percent signs, matched by the words that say them ("$90" = "90 dollars").
+_SIGN_WORDS = {"$": ("dollar", "dollars", "usd"), "€": ("euro", "euros", "eur"), "£": ("pound", "pounds", "gbp"),
+               "%": ("percent", "per", "cent")}
+#: What may stand between two units of one fact: a range or a pair ("9 am to 8 pm", "between 9 and 5").
+_JOINERS = frozenset({"to", "until", "till", "through", "thru", "-", "–", "—", "and", "from", "between"})
+_JOIN_GAP = 3      # at most this many joiner tokens between two units of one fact
+_SLACK = 2         # a unit's key words may spread over its own length plus this many source tokens
+_NOUN_REACH = 2    # a counted noun ("3 books") follows its number within this many source tokens
+_CLAUSE_REACH = 6  # what a fact is said of stands within this many tokens of it, in its clause
+_CLAUSE_BREAKS = frozenset({",", ";", ":", "and", "but", "or", "while", "whereas", "(", ")", ".", "!", "?"})
+#: What ends a clause in a document sentence (commas do not: "9 am to 5 pm, Tuesday to Sunday").
+_DOC_BREAKS = frozenset({"and", "or", "but", ";", "whereas", "while"})
+_BREAK = frozenset({"|"})
+_TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_COMPOUND_NUMBER = re.compile(r"\b(" + "|".join(_TENS) + r")[- ](one|two|three|four|five|six|seven|eight|nine)\b",
+                              re.IGNORECASE)
+_NUMBER_IN_TOKEN = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
+
+
+def _compound_numbers(text: str) -> str:
+    """"ninety-three" -> "93", so that a number written in words matches its digits."""
+    def value(match):
+        tens = (_TENS.index(match.group(1).lower()) + 2) * 10
+        return str(tens + int(_NUMBER_WORDS[match.group(2).lower()]))
+    return _COMPOUND_NUMBER.sub(value, text)
+
+
+def _token_forms(token) -> frozenset:
+    if token.text in _SIGN_WORDS:
+        return frozenset({token.text, *_SIGN_WORDS[token.text]})
+    forms = _forms(token)
+    for part in re.findall(r"\w+", token.text.lower()):
+        forms |= {part, _stem(part)}
+    forms |= {"#" + number_value(n) for n in _NUMBER_IN_TOKEN.findall(token.text)}
+    return frozenset(forms)
+
+
+def _counts(token) -> bool:
+    return token.text in _SIGN_WORDS or any(ch.isalnum() for ch in token.text)
+
+
+@lru_cache(maxsize=4096)
+def _source_sentences(text: str, nlp) -> tuple[tuple[frozenset, ...], ...]:
+    """Each sentence of a source as the forms of its tokens, in order (cached per text); a token
+    that ends a clause ("and", ";") is the lone form ``"|"``, other punctuation is left out."""
+    return tuple(tuple(_BREAK if t.text.lower() in _DOC_BREAKS else _token_forms(t)
+                       for t in nlp(sentence) if _counts(t) or t.text.lower() in _DOC_BREAKS)
+                 for sentence in sentences(_compound_numbers(text)))
+
+
+def _doc_clause(sentence: tuple, lo: int, hi: int) -> range:
+    """The positions of a document sentence in the clause around ``lo..hi``: up to
+    ``_CLAUSE_REACH`` tokens each side, stopping at a clause break or another number."""
+    def stop(j):
+        return sentence[j] is _BREAK or any(f.startswith("#") for f in sentence[j])
+    a = lo
+    while a > 0 and lo - a < _CLAUSE_REACH and not stop(a - 1):
+        a -= 1
+    b = hi + 1
+    while b < len(sentence) and b - hi <= _CLAUSE_REACH and not stop(b):
+        b += 1
+    return range(a, b)
+
+
+def _unit_keys(unit: dict, tokens) -> list[tuple]:
+    """What a unit must match: a number unit its numbers by value only ("10 in the morning" =
+    "10 am", "1320 square kilometres" = "1,320 km²"); another unit its key words, with sign
+    words ("dollars" also matches "$")."""
+    if unit["numeric"]:
+        values = [("#" + number_value(n),) for t in tokens for n in _NUMBER_IN_TOKEN.findall(t.text)]
+        values += [("#" + number_value(t.text),) for t in tokens if not any(ch.isdigit() for ch in t.text)
+                   and number_value(t.text) is not None]
+        if values:
+            return values
+    out = []
+    for key in unit["keys"]:
+        extra = {sign for sign, words in _SIGN_WORDS.items() if any(k in words for k in key)}
+        out.append(tuple(set(key) | extra))
+    return out
+
+
+def _occurrences(keys: list[tuple], sentence: tuple, width: int) -> list[tuple[int, int]]:
+    """Where all of a unit's keys stand within ``width + _SLACK`` tokens of ``sentence``:
+    (first, last) token positions of each occurrence."""
+    places = [[i for i, forms in enumerate(sentence) if any(f in forms for f in key)] for key in keys]
+    if not places or not all(places):
+        return []
+    found = []
+    for start in places[0]:
+        chosen = [min(p, key=lambda i: abs(i - start)) for p in places[1:]]
+        lo, hi = min([start] + chosen), max([start] + chosen)
+        if hi - lo <= width + _SLACK:
+            found.append((lo, hi))
+    return found
+
+
+def _has(sentence: tuple, forms: tuple, positions=None) -> bool:
+    positions = range(len(sentence)) if positions is None else positions
+    return any(any(f in sentence[j] for f in forms) for j in positions)
+
+
+def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=None, nlp_ner=None) -> list[dict]:
+    """The response's fact units (:func:`fact_units`: numbers, dates, times, amounts, names) that
+    the sources do not state *as the response states them*, each with a ``reason``:
+
+    * ``"not in the sources"``: the document holds the unit nowhere (its numbers by value, a
+      name's words together in one sentence): an invented value or name;
+    * ``"counted noun"``: a number whose following noun ("3 *books*") the document has, but
+      never right after that number ("12 books for 3 weeks");
+    * ``"joined with <unit>"``: two units joined as a range or pair ("9 am to 4 pm", "from 10 am
+      to Wednesday") that no document sentence holds together;
+    * ``"not with <unit>"``: two units of one clause ("on *Sundays* it opens at *7 am*") that
+      the document states only apart (not in one sentence, or further apart there than in the
+      response by more than a clause);
+    * ``"said of something else"``: the nouns and adjectives of a number's clause that the
+      document has ("the *annual pass* costs 2 dollars") are mostly absent from every document
+      sentence holding that number.
+
+    A unit the history states (the user said it) is taken as it is. How well this matches hand
+    labels (precision and recall) is in ``docs/metrics.md``."""
+    from .token_aggregation import load_nlp, load_nlp_ner
+
+    nlp = nlp if nlp is not None else load_nlp()
+    nlp_ner = nlp_ner if nlp_ner is not None else load_nlp_ner()
+    doc_sentences = _source_sentences(document, nlp)
+    history_forms = frozenset().union(*(_source_forms(_compound_numbers(t), nlp) for t in history))
+    response = _compound_numbers(response)
+    parsed = nlp_ner(response)
+    units = fact_units(response, nlp_ner, drop_vague=True)
+    spans, keys, widths, found = [], [], [], []
+    for unit in units:
+        toks = [t for t in parsed if t.idx >= unit["start"] and t.idx + len(t.text) <= unit["end"]]
+        spans.append((toks[0].i, toks[-1].i) if toks else None)
+        keys.append(_unit_keys(unit, toks))
+        widths.append(sum(_counts(t) for t in toks) or len(keys[-1]))
+        found.append([(s, occ) for s, sentence in enumerate(doc_sentences)
+                      for occ in _occurrences(keys[-1], sentence, widths[-1])])
+    wrong = []
+    for k, unit in enumerate(units):
+        if all(any(f in history_forms for f in key) for key in keys[k]):
+            continue
+        reason = _context_problem(k, units, spans, found, widths, parsed, doc_sentences)
+        if reason is not None:
+            wrong.append(dict(unit, reason=reason))
+    return wrong
+
+
+def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> str | None:
+    """Why unit ``k`` is not stated as the document states it (see :func:`wrong_facts`), or ``None``."""
+    places = found[k]
+    if not places:
+        return "not in the sources"
+    if spans[k] is None:
+        return None
+    numeric = units[k]["numeric"]
+    noun = _counted_noun(parsed, spans[k]) if numeric else None
+    if noun is not None and any(_has(sentence, noun) for sentence in doc_sentences):
+        places = [(s, (lo, hi)) for s, (lo, hi) in places
+                  if _has(doc_sentences[s], noun, range(hi + 1, min(hi + 1 + _NOUN_REACH, len(doc_sentences[s]))))]
+        if not places:
+            return "counted noun"
+    mates = _clause_units(parsed, spans, k)
+    allowed = {key for j, _ in mates for key in _number_forms(units[j], parsed, spans[j])} | _number_forms(
+        units[k], parsed, spans[k])
+    for other, joined in mates:
+        if not found[other] or units[other]["label"] == "ORDINAL":
+            continue  # the partner is wrong on its own account, or an ordinal word ("the first train")
+        if not any(s == t and _adjacent(doc_sentences[s], (lo, hi), (olo, ohi), allowed)
+                   for s, (lo, hi) in places for t, (olo, ohi) in found[other]):
+            return f"{'joined with' if joined else 'not with'} {units[other]['text']!r}"
+    if numeric:
+        about = _described_words(parsed, spans, k, doc_sentences)
+        if about and not any(2 * sum(_has(doc_sentences[s], word, _doc_clause(doc_sentences[s], lo, hi)) for word in about)
+                             >= len(about) for s, (lo, hi) in places):
+            return "said of something else"
+    return None
+
+
+def _number_forms(unit, parsed, span) -> set[str]:
+    """The ``#value`` forms of a unit's numbers."""
+    if span is None:
+        return set()
+    return {f for t in parsed[span[0]:span[1] + 1] for f in _token_forms(t) if f.startswith("#")}
+
+
+def _adjacent(sentence: tuple, first: tuple[int, int], second: tuple[int, int], allowed: set) -> bool:
+    """Whether two occurrences stand in one clause of a document sentence: within
+    ``_CLAUSE_REACH`` tokens, with no clause break between them and no number but the response
+    clause's own (``allowed``) - "250 grams of ricotta, 180 grams of sugar, 3 eggs, 200 grams of
+    flour" does not give 200 grams of ricotta."""
+    lo, hi = (first[1] + 1, second[0]) if second[0] > first[1] else (second[1] + 1, first[0])
+    if hi - lo > _CLAUSE_REACH:
+        return False
+    for j in range(lo, hi):
+        forms = sentence[j]
+        if forms is _BREAK or any(f.startswith("#") and f not in allowed for f in forms):
+            return False
+    return True
+
+
+def _clause(parsed, spans, k) -> list:
+    """The tokens of unit ``k``'s clause around it: up to ``_CLAUSE_REACH`` each side, stopping
+    at a comma, a conjunction or the sentence's end."""
+    out = []
+    for step, edge in ((-1, spans[k][0] - 1), (1, spans[k][1] + 1)):
+        i = edge
+        while 0 <= i < len(parsed) and abs(i - edge) < _CLAUSE_REACH and parsed[i].text.lower() not in _CLAUSE_BREAKS:
+            out.append(parsed[i])
+            i += step
+    return out
+
+
+def _described_words(parsed, spans, k, doc_sentences) -> list[tuple]:
+    """The nouns and adjectives of number unit ``k``'s clause, outside every unit, that the
+    document has: what the number is said of ("the *annual pass* costs 2 dollars")."""
+    inside = {i for span in spans if span is not None for i in range(span[0], span[1] + 1)}
+    words = []
+    for token in _clause(parsed, spans, k):
+        if token.i in inside or token.is_stop or token.pos_ not in ("NOUN", "ADJ") or not token.text.isalpha():
+            continue
+        forms = tuple(_forms(token))
+        if any(_has(sentence, forms) for sentence in doc_sentences):
+            words.append(forms)
+    return words
+
+
+def _counted_noun(parsed, span) -> tuple | None:
+    """The noun right after a number unit ("3 *books*"), as key forms; ``None`` if there is none."""
+    if span[1] + 1 >= len(parsed):
+        return None
+    token = parsed[span[1] + 1]
+    if token.pos_ != "NOUN" or token.is_stop or not token.text.isalpha():
+        return None
+    return tuple(_forms(token))
+
+
+def _clause_units(parsed, spans, k) -> list[tuple[int, bool]]:
+    """The other units of unit ``k``'s clause, each with whether it is *joined* to ``k`` as a
+    range or pair (only joiner tokens, at most ``_JOIN_GAP``, between them: "9 am *to* 8 pm")."""
+    clause = {t.i for t in _clause(parsed, spans, k)}
+    out = []
+    for j, span in enumerate(spans):
+        if j == k or span is None:
+            continue
+        lo, hi = (spans[k][1] + 1, span[0]) if span[0] > spans[k][1] else (span[1] + 1, spans[k][0])
+        if lo > hi or not (set(range(span[0], span[1] + 1)) & clause or lo == hi):
+            continue
+        gap = parsed[lo:hi]
+        if not len(gap):
+            continue  # adjacent units ("Dr." "Ben Cotter") are one name split in two
+        joined = len(gap) <= _JOIN_GAP and all(t.text.lower() in _JOINERS for t in gap)
+        out.append((j, joined))
+    return out

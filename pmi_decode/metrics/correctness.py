@@ -1,0 +1,203 @@
+"""Is the response correct: does it answer with the document's facts intact, or say the document
+does not tell?
+
+Faithfulness scores that reward copying (PMI-Faith, knowledge F1) call a garbled copy of the
+document faithful: "open 9 am to 4 pm" copies "9 am" and "4 pm" from a document that says 9 am to
+8 pm on weekdays and 10 am to 4 pm on Saturdays. A reader judges a response by whether it answers
+the question with the facts right. These measures do that:
+
+* :func:`answer_match` - a reference answer occurs in the response (SQuAD normalisation, whole
+  words); :func:`answer_recall` - the share of a reference answer's words the response holds
+  (the best reference). Defined only where reference answers exist.
+* :func:`abstains` - the response says the document (or the speaker) does not tell, instead of
+  asserting an answer. On a question the document cannot answer, a response that does not
+  abstain asserts an invented answer.
+* :func:`recited_share` - the share of the response's words that come after the sentence that
+  answers (the first sentence holding a reference answer; without references, the first
+  sentence): what was recited past the answer. ``response_words`` is the length.
+* wrong facts (:func:`pmi_decode.metrics.fact_support.wrong_facts`): a number, date or name
+  that the sources do not state *in that context*.
+
+How each was checked against hand labels: ``docs/metrics.md`` ("Correctness").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from .fact_support import sentences
+from .overlap import normalize_answer
+
+__all__ = [
+    "answer_match",
+    "answer_recall",
+    "abstains",
+    "recited_share",
+    "response_words",
+    "correctness_measures",
+    "CORRECTNESS_COLUMNS",
+]
+
+#: Columns :func:`correctness_measures` writes (``None`` where undefined for a row).
+CORRECTNESS_COLUMNS = ("answer_match", "answer_recall", "abstains", "asserts_unanswerable", "wrong_facts",
+                       "wrong_numbers", "wrong_names", "recited_share", "response_words")
+
+_WORD = re.compile(r"\w+(?:'\w+)*")
+
+# Ways of saying "the document does not tell" / "I don't know". Each pattern needs a verb of
+# telling or knowing, or a noun of information, so that a negative answer ("the museum is not
+# open on Mondays", "he did not win") does not count as abstaining.
+_TELL = (r"(?:say|says|said|mention|mentions|mentioned|specify|specifies|specified|state|states|stated|tell|"
+         r"tells|told|provide|provides|provided|include|includes|included|contain|contains|give|gives|given|"
+         r"indicate|indicates|indicated|list|lists|listed|show|shows|shown|cover|covers|covered|address|"
+         r"addresses|addressed|note|notes|noted|reveal|reveals|disclose|discloses|describe|describes|described)")
+_SOURCE = r"(?:document|text|passage|article|page|information|context|source|website|site|description|details?|info)"
+_ABSTAIN_PATTERNS = [
+    rf"\b(?:does|do|did)\s*(?:not|n't)\s+(?:\w+\s+){{0,2}}{_TELL}\b",
+    rf"\b(?:doesn't|don't|didn't|isn't|aren't|wasn't|weren't|is not|are not|was not|were not|not)\s+(?:\w+\s+){{0,1}}"
+    rf"(?:{_TELL}|known|clear|available|specified|mentioned|stated|listed|given|provided|included)\b"
+    rf"(?:\s+(?:in|on|by|from)\s+(?:the|this|that|my|our)?\s*{_SOURCE})?(?=\W*$|\s*[.,;:!?]|\s+(?:in|on|here|there|anywhere|by|from|for)\b)",
+    rf"\b(?:no|not any|nothing)\s+(?:\w+\s+){{0,1}}(?:information|mention|details?|data|record|indication|word|info|reference)\b",
+    r"\b(?:i|we)\s+(?:really\s+)?(?:don't|do not|can't|cannot|can not|couldn't|could not|am not able to|'m not able to|"
+    r"am unable to|'m unable to|have no way to)\s+(?:\w+\s+){0,1}(?:know|find|tell|say|answer|determine|see|confirm|locate|help with)\b",
+    r"\b(?:i|we)\s+(?:don't|do not)\s+have\s+(?:any\s+)?(?:\w+\s+){0,1}(?:information|details?|data|info|answer|record)",
+    r"\b(?:i'm|i am|we're|we are)\s+not\s+(?:\w+\s+){0,1}(?:sure|certain|aware)\b",
+    r"\b(?:unable|not able|wasn't able|was not able|weren't able)\s+to\s+(?:find|answer|determine|tell|say|confirm|locate)\b",
+    r"\b(?:i|we)\s+(?:have|had|'ve got)\s+nothing\s+(?:on|about|regarding)\b",
+    rf"\b(?:{_SOURCE}|it|they)\s+(?:is|are|was|were|'s)\s+silent\s+(?:on|about)\b",
+    r"\b(?:unknown|unclear|not known|no way to know|not clear)\b",
+    rf"\b(?:no|nothing)\b[^.?!]{{0,40}}\b(?:in|on)\s+(?:the|this|that)\s+{_SOURCE}\b",
+    r"\bnot\s+(?:something|a detail|a thing|anything)\s+(?:that\s+)?(?:the|this|i|we)\b[^.?!]{0,30}\b(?:cover|mention|say|know|have)",
+    r"\bcan't (?:help|answer) (?:you )?with that\b",
+]
+_ABSTAIN = [re.compile(p, re.IGNORECASE) for p in _ABSTAIN_PATTERNS]
+# "I'm not sure, but I think it opens at 9": a hedge followed by an answer asserts the answer.
+_HEDGED_ANSWER = re.compile(r"\bbut\s+(?:i\s+(?:think|believe|guess|suppose|would say)|it(?:'s| is| was| should)|"
+                            r"there(?:'s| is| are| should)|they(?:'re| are| should)|probably|likely|maybe|perhaps|"
+                            r"roughly|about|around|usually|most likely)\b", re.IGNORECASE)
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def _contains(haystack: list[str], needle: list[str]) -> bool:
+    n = len(needle)
+    return n > 0 and any(haystack[i:i + n] == needle for i in range(len(haystack) - n + 1))
+
+
+def _check_answers(answers) -> list[str]:
+    if isinstance(answers, str) or not isinstance(answers, (list, tuple)):
+        raise ValueError(f"reference answers must be a list of strings, got {type(answers).__name__}")
+    if not all(isinstance(a, str) for a in answers):
+        raise ValueError("reference answers must be strings")
+    return [a for a in answers if normalize_answer(a)]
+
+
+def answer_match(response: str, answers: Sequence[str]) -> float | None:
+    """1.0 when some reference answer, SQuAD-normalised (lower case, no punctuation, no articles),
+    occurs as a run of whole words in the normalised response; 0.0 when none does; ``None``
+    without reference answers (an unanswerable question has none)."""
+    answers = _check_answers(answers)
+    if not answers:
+        return None
+    text = normalize_answer(response).split()
+    return float(any(_contains(text, normalize_answer(a).split()) for a in answers))
+
+
+def answer_recall(response: str, answers: Sequence[str]) -> float | None:
+    """The largest share, over the reference answers, of a reference's normalised words that the
+    normalised response holds (each word counted once); ``None`` without references."""
+    answers = _check_answers(answers)
+    if not answers:
+        return None
+    have = set(normalize_answer(response).split())
+    best = 0.0
+    for answer in answers:
+        words = normalize_answer(answer).split()
+        best = max(best, sum(w in have for w in words) / len(words))
+    return best
+
+
+def abstains(response: str) -> bool:
+    """Whether the response says that it (or its source) does not tell, in any of the usual
+    wordings ("the document doesn't mention ...", "I'm not sure", "there is no information on
+    ...", "that isn't specified"), rather than asserting an answer. A negative answer ("the
+    museum is not open on Mondays") is not an abstention: every pattern needs a verb of telling
+    or knowing, or a noun of information. A hedge followed by an answer ("I'm not sure, but I
+    think it opens at 9") asserts the answer."""
+    if not isinstance(response, str):
+        raise ValueError(f"expected a string response, got {type(response).__name__}")
+    text = response.replace("\u2019", "'")
+    for sentence in sentences(text) or [text]:
+        hit = next((m for p in _ABSTAIN for m in [p.search(sentence)] if m), None)
+        if hit is not None and not _HEDGED_ANSWER.search(sentence, hit.end()):
+            return True
+    return False
+
+
+def response_words(response: str) -> int:
+    """The number of words of the response."""
+    return len(_words(response))
+
+
+def recited_share(response: str, answers: Sequence[str] | None = None) -> float | None:
+    """The share of the response's words after the sentence that answers: the first sentence
+    holding a reference answer, or the first sentence when no reference is given or none is
+    held. 0.0 for a one-sentence response; ``None`` for an empty one."""
+    parts = sentences(response)
+    total = sum(len(_words(s)) for s in parts)
+    if total == 0:
+        return None
+    answers = _check_answers(answers or [])
+    answering = 0
+    for i, sentence in enumerate(parts):
+        if any(answer_match(sentence, [a]) for a in answers):
+            answering = i
+            break
+    after = sum(len(_words(s)) for s in parts[answering + 1:])
+    return after / total
+
+
+def correctness_measures(documents: Sequence[str], histories: Sequence[Sequence[str]], responses: Sequence[str],
+                         *, answers: Sequence[Sequence[str] | None] | None = None,
+                         answerable: Sequence[bool | None] | None = None, nlp=None, nlp_ner=None) -> list[dict]:
+    """The :data:`CORRECTNESS_COLUMNS` of each response.
+
+    ``answers``: per row, the reference answers (``None`` or ``[]`` where there are none);
+    ``answerable``: per row, whether the document holds an answer (``None``: unknown). Where a
+    row is known to be unanswerable, ``asserts_unanswerable`` is 1.0 unless the response abstains;
+    elsewhere it is ``None``. Wrong facts need no reference (see
+    :func:`~pmi_decode.metrics.fact_support.wrong_facts`)."""
+    from .fact_support import wrong_facts
+    from .token_aggregation import load_nlp, load_nlp_ner
+
+    n = len(responses)
+    if len(documents) != n or len(histories) != n:
+        raise ValueError(f"got {len(documents)} documents, {len(histories)} histories and {n} responses")
+    answers = list(answers) if answers is not None else [None] * n
+    answerable = list(answerable) if answerable is not None else [None] * n
+    if len(answers) != n or len(answerable) != n:
+        raise ValueError(f"answers and answerable need one entry per response ({n})")
+    nlp = nlp if nlp is not None else load_nlp()
+    nlp_ner = nlp_ner if nlp_ner is not None else load_nlp_ner()
+    rows = []
+    for document, history, response, refs, can in zip(documents, histories, responses, answers, answerable):
+        refs = list(refs or [])
+        if can is False and refs:
+            raise ValueError("a row marked unanswerable has reference answers")
+        wrong = wrong_facts(document, history, response, nlp=nlp, nlp_ner=nlp_ner)
+        abstained = abstains(response)
+        rows.append({
+            "answer_match": answer_match(response, refs),
+            "answer_recall": answer_recall(response, refs),
+            "abstains": float(abstained),
+            "asserts_unanswerable": (0.0 if abstained else 1.0) if can is False else None,
+            "wrong_facts": float(len(wrong)),
+            "wrong_numbers": float(sum(u["numeric"] for u in wrong)),
+            "wrong_names": float(sum(not u["numeric"] for u in wrong)),
+            "recited_share": recited_share(response, refs),
+            "response_words": float(response_words(response)),
+        })
+    return rows

@@ -1,0 +1,154 @@
+"""Correctness measures: answer match and recall, abstention, recited share, wrong facts in
+context; checked against hand-labelled responses (tests/fixtures/correctness/)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pmi_decode.metrics.correctness import (
+    abstains,
+    answer_match,
+    answer_recall,
+    correctness_measures,
+    recited_share,
+    response_words,
+)
+from pmi_decode.metrics.fact_support import fact_features, wrong_facts
+from pmi_decode.scoring import score_records
+
+FIXTURES = Path(__file__).parent / "fixtures" / "correctness"
+LIBRARY = ("The Harlow Street Library is open Monday to Friday from 9 am to 8 pm, and on Saturdays from 10 am to "
+           "4 pm. It is closed on Sundays. Members can borrow up to 12 books for 3 weeks. A single ride costs 2 "
+           "dollars. The annual pass costs $90 and includes unlimited 45-minute rides.")
+
+
+def _rows(name):
+    return [json.loads(line) for line in (FIXTURES / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _precision_recall(pairs):
+    tp = sum(p and g for p, g in pairs)
+    fp = sum(p and not g for p, g in pairs)
+    fn = sum(g and not p for p, g in pairs)
+    return tp / max(tp + fp, 1), tp / max(tp + fn, 1)
+
+
+def test_answer_match_and_recall():
+    assert answer_match("The Duchy was founded in 911 as a fiefdom.", ["911"]) == 1.0
+    assert answer_match("It was founded in 1911.", ["911"]) == 0.0  # whole words only
+    assert answer_match("They came from Denmark, Iceland, and Norway.", ["Denmark, Iceland and Norway"]) == 1.0
+    assert answer_match("Anything", []) is None
+    assert answer_recall("King Charles signed it.", ["King Charles III"]) == pytest.approx(2 / 3)
+    assert answer_recall("Rollo", ["the King Charles III", "Rollo"]) == 1.0
+    assert answer_recall("x", []) is None
+    with pytest.raises(ValueError, match="list of strings"):
+        answer_match("x", "911")
+
+
+def test_recited_share_counts_words_past_the_answering_sentence():
+    response = "It was founded in 911. Rollo led the Norse raiders. They came from Denmark."
+    assert recited_share(response, ["911"]) == pytest.approx(9 / 14)
+    assert recited_share(response, ["Rollo"]) == pytest.approx(4 / 14)
+    assert recited_share("Just one sentence here.", None) == 0.0
+    assert recited_share("", ["x"]) is None
+    assert response_words(response) == 14
+
+
+@pytest.mark.parametrize("response", [
+    "The document doesn't mention Sunday hours.",
+    "I'm not sure, the page does not say.",
+    "There is no information about the price of a day pass.",
+    "That isn't specified.",
+    "Sorry, I couldn't find anything about parking.",
+])
+def test_abstentions(response):
+    assert abstains(response)
+
+
+@pytest.mark.parametrize("response", [
+    "No, the museum is not open on Mondays.",
+    "The park doesn't allow dogs.",
+    "He did not win the election.",
+    "I'm not sure, but I think it opens at 9 am.",
+    "It opens at 9 am on weekdays.",
+])
+def test_answers_are_not_abstentions(response):
+    assert not abstains(response)
+
+
+def test_abstention_precision_and_recall_on_hand_labels():
+    rows = _rows("abstention_labels.jsonl")
+    precision, recall = _precision_recall([(abstains(r["response"]), r["abstains"]) for r in rows])
+    assert precision >= 0.9 and recall >= 0.9, (precision, recall)
+
+
+@pytest.mark.parametrize("response, reason", [
+    ("The library is open Monday to Friday from 9 am to 4 pm.", None),   # 4 pm is Saturday's
+    ("Members can borrow up to 3 books.", "counted noun"),               # 3 is the weeks
+    ("It is open Saturdays from 10 am to Wednesday.", None),             # a garbled copy
+    ("The annual pass costs 2 dollars.", "said of something else"),      # 2 dollars is a single ride
+])
+def test_wrong_facts_in_context(response, reason):
+    wrong = wrong_facts(LIBRARY, ["When is it open?"], response)
+    assert wrong, response
+    if reason is not None:
+        assert wrong[0]["reason"] == reason
+
+
+@pytest.mark.parametrize("response", [
+    "Members can borrow 12 books for three weeks.",
+    "It closes at 8 pm on weekdays.",
+    "The annual pass is 90 dollars.",
+    "It costs $90 a year, or $2 per ride.",
+    "Open 9 am to 8 pm on weekdays and 10 am to 4 pm on Saturdays.",
+    "It opens at 10 in the morning on Saturdays.",
+])
+def test_facts_stated_as_the_document_states_them(response):
+    assert wrong_facts(LIBRARY, ["When is it open?"], response) == []
+
+
+def test_a_fact_the_user_stated_is_not_wrong():
+    assert wrong_facts(LIBRARY, ["I heard it opens at 7 am?"], "You said 7 am, but it opens at 9 am.") == []
+
+
+def test_unsupported_units_of_fact_features_are_unchanged_by_context():
+    # the context check is a separate measure: FaithScore's fitted features still count bare support
+    features = fact_features(LIBRARY, [], "The library is open Monday to Friday from 9 am to 4 pm.")
+    assert features["unsupported_numbers"] == 0.0
+
+
+def test_wrong_fact_precision_and_recall_on_hand_labels():
+    rows = _rows("fact_integrity_labels.jsonl")
+    pairs = [(bool(wrong_facts(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows]
+    precision, recall = _precision_recall(pairs)
+    assert precision >= 0.85 and recall >= 0.75, (precision, recall)
+
+
+def test_factual_dialogues_fixture_is_well_formed():
+    rows = _rows("factual_dialogues.jsonl")
+    assert len(rows) >= 30 and sum(not r["answerable"] for r in rows) >= 10
+    for r in rows:
+        assert r["history"] and all(isinstance(t, str) for t in r["history"])
+        assert bool(r["answers"]) == r["answerable"]
+        for answer in r["answers"]:
+            assert answer in r["document"], (r["id"], answer)
+
+
+def test_correctness_measures_and_scoring_registry():
+    records = [
+        {"id": "a", "document": LIBRARY, "history": ["Until when is it open on weekdays?"], "answers": ["8 pm"],
+         "answerable": True, "pmi_response": "Until 4 pm.", "plain_response": "It is open until 8 pm."},
+        {"id": "b", "document": LIBRARY, "history": ["Is there a cafe?"], "answerable": False, "answers": [],
+         "pmi_response": "The document doesn't say.", "plain_response": "Yes, there is a cafe on the 5th floor."},
+    ]
+    scored = score_records(records, ["correctness"])
+    a, b = scored[0]["scores"], scored[1]["scores"]
+    assert a["plain_response"]["answer_match"] == 1.0 and a["pmi_response"]["answer_match"] == 0.0
+    assert b["pmi_response"]["asserts_unanswerable"] == 0.0 and b["plain_response"]["asserts_unanswerable"] == 1.0
+    assert b["plain_response"]["wrong_numbers"] >= 1.0           # "5th" is in no source
+    assert a["pmi_response"]["asserts_unanswerable"] is None
+    with pytest.raises(ValueError, match="answerable: false"):
+        score_records([dict(records[1], answers=["x"])], ["correctness"])
+    rows = correctness_measures([LIBRARY], [["q"]], ["x"], answers=[["8 pm"]])
+    assert rows[0]["answer_match"] == 0.0 and rows[0]["asserts_unanswerable"] is None
