@@ -121,6 +121,7 @@ def _decode_options(config, system: dict) -> dict:
         block_immediate_repeats=bool(guards.get("block_immediate_repeats", False)),
         capitalize_sentences=bool(guards.get("capitalize_sentences", False)),
         trim_unfinished=system.get("trim_unfinished", False), prefer_finished=system.get("prefer_finished", False),
+        plausibility=float(system.get("plausibility", 0.0)),
     )
 
 

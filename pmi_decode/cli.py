@@ -13,11 +13,12 @@ import importlib.util
 import os
 import sys
 
-#: The defaults come from the reader-facing comparisons (docs/results.md, "Reader-facing comparison";
-#: configs/compare_topicalchat_120_64.yaml): fixed alpha 0.5, p 0.9, the end rule, and the guards of
-#: the best system by the goal rule (fixed-0.5+guards3+end).
-DEFAULT_ALPHA = 0.5
-DEFAULTS = dict(alpha=DEFAULT_ALPHA, p=0.9, num_beams=4, max_new_tokens=64, batch_size=8, seed=0)
+from . import defaults as _defaults
+
+#: alpha, p and the plausibility head live in pmi_decode.defaults (shared with pmi_generate); the
+#: guards and the end rule below: docs/decoding.md says why each is on.
+DEFAULT_ALPHA = _defaults.ALPHA
+DEFAULTS = dict(alpha=DEFAULT_ALPHA, p=_defaults.P, num_beams=4, max_new_tokens=64, batch_size=8, seed=0)
 #: Guards of ``generate`` (docs/decoding.md says why): layout markers are banned; no 3-gram repeats
 #: within the response (it removed loops without harming grammar in the comparison), no word
 #: repeated right away ("Blue Blue", which PMI-Decode writes and the 3-gram guard misses), and no
@@ -38,7 +39,7 @@ DEFAULT_TRIM_UNFINISHED = False
 #: Of beam search's final hypotheses, preferring the best one the model ended itself over a
 #: better-scored one the length limit cut (decode_records(prefer_finished=True)).
 DEFAULT_PREFER_FINISHED = False
-DEMO_DEFAULTS = dict(alpha=DEFAULT_ALPHA, p=0.9, num_beams=4, max_new_tokens=40)
+DEMO_DEFAULTS = dict(alpha=DEFAULT_ALPHA, p=_defaults.P, num_beams=4, max_new_tokens=40)
 
 
 def _unit_interval(name: str, *, open_left: bool):
@@ -55,6 +56,15 @@ def _unit_interval(name: str, *, open_left: bool):
         return value
 
     return parse
+
+
+def _plausibility(text: str) -> float:
+    from .processor import validate_plausibility
+
+    try:
+        return validate_plausibility(float(text))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--plausibility: {err}") from None
 
 
 def _alpha(text: str):
@@ -187,6 +197,13 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser, defaults: dict) -> 
         "--p", type=_unit_interval("--p", open_left=True), default=defaults["p"],
         help=f"top-p nucleus of P(.|d,h) the candidates come from, in (0, 1] (default {defaults['p']})",
     )
+    plausibility = _defaults.PLAUSIBILITY  # read when the parser is built, like pmi_generate's default
+    parser.add_argument(
+        "--plausibility", type=_plausibility, default=plausibility,
+        help="PMI re-ranks only tokens at least this share as probable as the most probable token given the "
+        "document, so it cannot promote a number or name from another sentence of the document; in [0, 1), "
+        f"0 is the paper's score (default {plausibility})",
+    )
     parser.add_argument(
         "--num-beams", type=_positive_int("--num-beams"), default=defaults["num_beams"],
         help=f"beam width; 1 is greedy search (default {defaults['num_beams']})",
@@ -298,7 +315,7 @@ def _decode_options(args) -> dict:
         response_no_repeat_ngram_size=args.response_no_repeat_ngram_size, normalize_scores=args.normalize_scores,
         conditional_end=args.conditional_end, block_immediate_repeats=args.block_immediate_repeats,
         trim_unfinished=args.trim_unfinished, prefer_finished=args.prefer_finished,
-        capitalize_sentences=args.capitalize_sentences,
+        capitalize_sentences=args.capitalize_sentences, plausibility=args.plausibility,
     )
 
 
@@ -365,7 +382,8 @@ def _run_demo(args) -> int:
                     response_no_repeat_ngram_size=args.response_no_repeat_ngram_size,
                     normalize_scores=args.normalize_scores, conditional_end=args.conditional_end,
                     block_immediate_repeats=args.block_immediate_repeats, trim_unfinished=args.trim_unfinished,
-                    prefer_finished=args.prefer_finished, capitalize_sentences=args.capitalize_sentences),
+                    prefer_finished=args.prefer_finished, capitalize_sentences=args.capitalize_sentences,
+                    plausibility=args.plausibility),
     )
     return 0
 

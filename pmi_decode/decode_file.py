@@ -32,7 +32,7 @@ from .inputs import (
     use_chat_template_for,
 )
 from .adaptive import alpha_setting, resolve_alpha
-from .processor import PMIDecode
+from .processor import PMIDecode, validate_plausibility
 from .responses import trim_unfinished
 
 logger = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
                     no_repeat_ngram_size=None, repetition_penalty=None, block_layout_markers=False,
                     response_no_repeat_ngram_size=None, normalize_scores=False, conditional_end=False,
                     block_immediate_repeats=False, trim_unfinished=False, prefer_finished=False,
-                    capitalize_sentences=False, **options) -> dict:
+                    capitalize_sentences=False, plausibility=0.0, **options) -> dict:
     """The settings stored with every output record and compared on resume: every option that
     can change a record's content. ``batch_size`` is one of them: it decides which dialogues share
     a batch, hence the padding and, when sampling, each batch's seed. ``options``: further
@@ -214,6 +214,8 @@ def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, mod
         settings["normalize_scores"] = True
     if conditional_end:
         settings["conditional_end"] = True
+    if plausibility:
+        settings["plausibility"] = float(plausibility)
     if block_immediate_repeats:
         settings["block_immediate_repeats"] = True
     if capitalize_sentences:
@@ -322,17 +324,18 @@ def _batch_seed(seed: int, ids: Sequence) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "little")
 
 
-def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False, conditional_end=False):
+def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False, conditional_end=False,
+                   plausibility=0.0):
     try:
         from .generation import pmi_generate
     except ImportError:
         pmi_generate = None
     if pmi_generate is not None:
         out = pmi_generate(model, inputs, alpha=alpha, p=p, normalize=normalize, conditional_end=conditional_end,
-                           **generate_kwargs)
+                           plausibility=plausibility, **generate_kwargs)
         return out.sequences if hasattr(out, "sequences") else out
     processor = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"], normalize=normalize,
-                          conditional_end=conditional_end)
+                          conditional_end=conditional_end, plausibility=plausibility)
     kwargs = dict(generate_kwargs)
     processors = list(kwargs.pop("logits_processor", None) or []) + [processor]
     return model.generate(**inputs["conditional"], logits_processor=processors, **kwargs)
@@ -423,6 +426,7 @@ def decode_records(
     trim_unfinished: bool = False,
     prefer_finished: bool = False,
     capitalize_sentences: bool = False,
+    plausibility: float = 0.0,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
@@ -452,6 +456,8 @@ def decode_records(
     :class:`pmi_decode.guards.ResponseNoImmediateRepeat`).
     ``capitalize_sentences``: no sentence after the response's first opens in lower case
     (:class:`pmi_decode.guards.SentenceCaseGuard`).
+    ``plausibility``: PMI re-ranks only tokens at least this share as probable as the conditional
+    top token (:class:`pmi_decode.PMIDecode`'s ``plausibility``; 0 = the paper's score).
     ``conditional_end``: the conditional model alone decides when a response ends
     (:class:`pmi_decode.PMIDecode`'s ``conditional_end``; the end token is ``generate``'s).
     ``trim_unfinished``: a response that ``max_new_tokens`` cut mid-sentence loses its unfinished
@@ -469,6 +475,7 @@ def decode_records(
     run, and records in ``skip_ids`` are not yielded (see :mod:`pmi_decode.distributed`).
     """
     alpha, p = resolve_alpha(alpha, p)
+    plausibility = validate_plausibility(plausibility)
     for name, value in (("no_repeat_ngram_size", no_repeat_ngram_size),
                         ("response_no_repeat_ngram_size", response_no_repeat_ngram_size)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
@@ -494,7 +501,8 @@ def decode_records(
         block_layout_markers=block_layout_markers, response_no_repeat_ngram_size=response_no_repeat_ngram_size,
         normalize_scores=normalize_scores, conditional_end=conditional_end,
         block_immediate_repeats=block_immediate_repeats, trim_unfinished=trim_unfinished,
-        prefer_finished=prefer_finished, capitalize_sentences=capitalize_sentences, **(extra_settings or {}),
+        prefer_finished=prefer_finished, capitalize_sentences=capitalize_sentences, plausibility=plausibility,
+        **(extra_settings or {}),
     )
     encode_kw = dict(
         is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,
@@ -571,7 +579,8 @@ def decode_records(
                 if batch_seed is not None:
                     torch.manual_seed(batch_seed)
                 pmi = _pmi_sequences(model, inputs, alpha=alpha, p=p, generate_kwargs=batch_kwargs,
-                                     normalize=normalize_scores, conditional_end=conditional_end)
+                                     normalize=normalize_scores, conditional_end=conditional_end,
+                                     plausibility=plausibility)
                 pmi_texts = _texts(tokenizer, pmi, prompt_len, enc_dec)
                 pmi_cut = _cut_by_limit(model, pmi, prompt_len, enc_dec)
                 if group > 1:

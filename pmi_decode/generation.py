@@ -30,6 +30,7 @@ from transformers.generation.logits_process import (
     NoRepeatNGramLogitsProcessor,
 )
 
+from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
 from .processor import PMIDecode, prefill
 
@@ -237,8 +238,9 @@ def _conditional_processors(model, config: GenerationConfig, decoder_prompt_leng
     return procs
 
 
-def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | None = None, share_prompt: bool = True,
-                 normalize: bool = False, conditional_end: bool = False, **generate_kwargs):
+def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, paired: bool | None = None,
+                 share_prompt: bool = True, normalize: bool = False, conditional_end: bool = False,
+                 plausibility: float | None = None, **generate_kwargs):
     """Generate with PMI-Decode; returns what ``generate`` returns for the conditional rows.
 
     Args:
@@ -246,7 +248,10 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
         inputs: what :func:`~pmi_decode.build_inputs` returns, or ``{"conditional": {...},
             "unconditional": {...}}`` each with ``input_ids`` and ``attention_mask``.
         alpha, p: the PMI-Decode weight (a number or ``"adaptive"``) and nucleus mass (see
-            :class:`~pmi_decode.PMIDecode`).
+            :class:`~pmi_decode.PMIDecode`); defaults in :mod:`pmi_decode.defaults`.
+        plausibility: PMI re-ranks only tokens at least this share as probable as the
+            conditional top token (see :class:`~pmi_decode.PMIDecode`); ``None``:
+            :data:`pmi_decode.defaults.PLAUSIBILITY`; ``0`` is the paper's score.
         paired: ``None`` picks the paired path whenever it is exact (greedy and beam search with
             the options listed in this module's docstring) and the separate-cache path otherwise;
             ``True`` insists on the paired path (ValueError saying why when it cannot be used);
@@ -267,6 +272,7 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     two halves draw the same tokens without patching transformers.
     """
     alpha, p = resolve_alpha(alpha, p)
+    plausibility = defaults.PLAUSIBILITY if plausibility is None else plausibility
     cond, uncond = _unpack(inputs)
     kwargs = dict(generate_kwargs)
     user_processors = kwargs.pop("logits_processor", None)
@@ -289,7 +295,8 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
         one_row_each = ((config.num_beams or 1) == 1 and not config.output_scores
                         and not isinstance(alpha, AdaptiveAlpha))
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
-                         conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None)
+                         conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None,
+                         plausibility=plausibility)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
         if (share_prompt and "past_key_values" not in kwargs and "cache" not in kwargs
                 and config.cache_implementation is None):
@@ -302,7 +309,8 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
     pad_id = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
     if isinstance(pad_id, (list, tuple)):
         pad_id = pad_id[0]
-    proc = PMIDecode(alpha, p, normalize=normalize, conditional_end=conditional_end, eos_token_id=ends)
+    proc = PMIDecode(alpha, p, normalize=normalize, conditional_end=conditional_end, eos_token_id=ends,
+                     plausibility=plausibility)
     joint = proc.stack({"conditional": cond, "unconditional": uncond}, model, pad_token_id=pad_id)
     decoder_prompt_length = 1 if enc_dec else joint["input_ids"].shape[1]
     proc.conditional_processors = _conditional_processors(model, config, decoder_prompt_length, user_processors)

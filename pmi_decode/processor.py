@@ -35,7 +35,7 @@ from .adaptive import AdaptiveAlpha, resolve_alpha
 from .projection import ColumnProjection
 
 __all__ = [
-    "PMIDecode", "pmi_scores", "conditional_end_scores", "nucleus_mask", "validate_alpha_p", "prefill", "stack_inputs",
+    "PMIDecode", "pmi_scores", "conditional_end_scores", "nucleus_mask", "plausible_mask", "validate_plausibility", "validate_alpha_p", "prefill", "stack_inputs",
     "conditional_half",
 ]
 
@@ -104,8 +104,24 @@ def _keep_sorted(sorted_probs: torch.Tensor, p: float) -> torch.Tensor:
     return keep
 
 
+def validate_plausibility(value) -> float:
+    """Check the plausibility head's share in [0, 1); the message names the argument."""
+    if isinstance(value, bool) or not isinstance(value, Real) or math.isnan(value) or not 0.0 <= value < 1.0:
+        raise ValueError(f"plausibility must be a number in [0, 1) (0 = off), got {value!r}")
+    return float(value)
+
+
+def plausible_mask(lp_c: torch.Tensor, plausibility: float) -> torch.Tensor:
+    """True for tokens at least ``plausibility`` times as probable as the row's most probable
+    token under the conditional distribution (the adaptive plausibility constraint of
+    contrastive decoding, Li et al., 2023); every token when ``plausibility`` is 0."""
+    if plausibility <= 0.0:
+        return torch.isfinite(lp_c)
+    return lp_c >= lp_c.max(dim=-1, keepdim=True).values + math.log(plausibility)
+
+
 def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float, normalize: bool = False,
-               end_ids: torch.Tensor | None = None) -> torch.Tensor:
+               end_ids: torch.Tensor | None = None, plausibility: float = 0.0) -> torch.Tensor:
     """The PMI-Decode score from the conditional scores (any logits or log-probs) and the
     unconditional log-probs; -inf outside the nucleus. ``alpha`` is a float or an
     :class:`~pmi_decode.adaptive.AdaptiveAlpha` (one weight per row, from both distributions).
@@ -123,9 +139,18 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
     never positive, as plain decoding's are.
 
     ``end_ids`` (the end-of-response token ids): the conditional model alone decides when the
-    response ends (see :func:`conditional_end_scores`, which ``normalize`` is passed to)."""
+    response ends (see :func:`conditional_end_scores`, which ``normalize`` is passed to).
+
+    ``plausibility`` (in [0, 1)): where the PMI term is on, the candidates are further limited to
+    tokens at least that share as probable as the conditional top token (:func:`plausible_mask`):
+    PMI may re-rank what the model that reads the document finds plausible, but cannot promote a
+    token it finds unlikely only because the document-free model finds it even less likely (a
+    number or name from another sentence of the document). With alpha 0 it has no effect."""
     lp_c = torch.log_softmax(scores, dim=-1)
     keep = nucleus_mask(lp_c, p)
+    pmi_on = lp_u is not None and (torch.is_tensor(alpha) or isinstance(alpha, AdaptiveAlpha) or alpha != 0.0)
+    if plausibility > 0.0 and pmi_on:
+        keep = keep & plausible_mask(lp_c, plausibility)
     if isinstance(alpha, AdaptiveAlpha) and lp_u is not None:
         alpha = alpha.weights(lp_c, lp_u)
     if lp_u is None or (not torch.is_tensor(alpha) and alpha == 0.0):
@@ -533,6 +558,10 @@ class PMIDecode(LogitsProcessor):
         eos_token_id: the end token id(s) for ``conditional_end``; by default the model's
             ``generation_config.eos_token_id`` (the model given here, or to :meth:`stack`).
             Pass the same ids you pass to ``generate``.
+        plausibility: in [0, 1); where the PMI term is on, candidates must also be at least this
+            share as probable as the conditional top token (see :func:`pmi_scores`). ``0``
+            (default) is the paper's score; ``pmi_generate`` and ``pmi-decode generate`` default
+            to :data:`pmi_decode.defaults.PLAUSIBILITY`.
         nucleus_projection: separate mode: run the document-free branch's output projection
             (``lm_head``) on the conditional nucleus only (the union over the batch's rows) instead
             of the whole vocabulary, from the second step on. Its log-probabilities are then
@@ -598,8 +627,10 @@ class PMIDecode(LogitsProcessor):
         conditional_end: bool = False,
         eos_token_id: int | list[int] | None = None,
         nucleus_projection: bool | None = None,
+        plausibility: float = 0.0,
     ):
         self.alpha, self.p = resolve_alpha(alpha, p)
+        self.plausibility = validate_plausibility(plausibility)
         if nucleus_projection is not None and not isinstance(nucleus_projection, bool):
             raise ValueError(f"nucleus_projection must be None, True or False, got {nucleus_projection!r}")
         for name, flag in (("normalize", normalize), ("conditional_end", conditional_end)):
@@ -871,7 +902,7 @@ class PMIDecode(LogitsProcessor):
         lp_u = torch.log_softmax(scores[half:], dim=-1) if self.alpha != 0.0 else None
         if lp_u is not None and bool(torch.isnan(lp_u).any()):
             raise ValueError("paired PMIDecode: the unconditional half's scores hold NaN")
-        out = pmi_scores(cond, lp_u, self.alpha, self.p, self.normalize, self._ends())
+        out = pmi_scores(cond, lp_u, self.alpha, self.p, self.normalize, self._ends(), self.plausibility)
         return torch.cat([out, out], dim=0)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -882,7 +913,7 @@ class PMIDecode(LogitsProcessor):
         lp_u = None
         if self.alpha != 0.0:
             lp_u = self._unconditional_log_probs(input_ids, scores.dtype, scores if self.nucleus_projection else None)
-        return pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends())
+        return pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends(), self.plausibility)
 
     def _ends(self) -> torch.Tensor | None:
         if not self.conditional_end:

@@ -65,7 +65,7 @@ METHODS = {
 DECODE_OPTIONS = {"conditional_end": bool, "normalize_scores": bool, "block_layout_markers": bool,
                   "response_no_repeat_ngram_size": int, "no_repeat_ngram_size": int, "repetition_penalty": float,
                   "block_immediate_repeats": bool, "trim_unfinished": bool, "prefer_finished": bool,
-                  "capitalize_sentences": bool}
+                  "capitalize_sentences": bool, "plausibility": float}
 
 PMI_STATISTICS = ("cpmi_sum", "cpmi_mean", "upmi_sum", "upmi_mean")
 

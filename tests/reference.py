@@ -14,8 +14,9 @@ from transformers import LogitsProcessor
 
 
 class ReferencePMIDecode(LogitsProcessor):
-    def __init__(self, alpha, p, *, model, unconditional_ids: list[list[int]], conditional_prompt_length: int):
-        self.alpha, self.p = alpha, p
+    def __init__(self, alpha, p, *, model, unconditional_ids: list[list[int]], conditional_prompt_length: int,
+                 plausibility: float = 0.0):
+        self.alpha, self.p, self.plausibility = alpha, p, plausibility
         self.model = model
         self.unconditional_ids = unconditional_ids
         self.prompt_length = conditional_prompt_length
@@ -57,7 +58,11 @@ class ReferencePMIDecode(LogitsProcessor):
         for r in range(rows):
             lp_u = self._unconditional_log_probs(input_ids[r], self.unconditional_ids[r // per_prompt], scores.dtype)
             alpha = self._row_alpha(lp_c[r], lp_u)
+            top = max(lp_c[r, v].item() for v in range(lp_c.shape[1]))
             for v in self._nucleus(lp_c[r]):
+                # the plausibility head, where the PMI term is on: at least that share of the top token
+                if self.plausibility and self.alpha != 0 and math.exp(lp_c[r, v].item() - top) < self.plausibility:
+                    continue
                 out[r, v] = (1 - alpha) * lp_c[r, v] + alpha * (lp_c[r, v] - lp_u[v])
         return out
 

@@ -50,9 +50,11 @@ _WORD = re.compile(r"\w+(?:'\w+)*")
 # open on Mondays", "he did not win") does not count as abstaining.
 _TELL = (r"(?:say|says|said|mention|mentions|mentioned|specify|specifies|specified|state|states|stated|tell|"
          r"tells|told|provide|provides|provided|include|includes|included|contain|contains|give|gives|given|"
-         r"indicate|indicates|indicated|list|lists|listed|show|shows|shown|cover|covers|covered|address|"
+         r"indicate|indicates|indicated|list|lists|listed|show|shows|shown|cover|covers|covered|address|name|names|named|"
          r"addresses|addressed|note|notes|noted|reveal|reveals|disclose|discloses|describe|describes|described)")
-_SOURCE = r"(?:document|text|passage|article|page|information|context|source|website|site|description|details?|info)"
+_SOURCE = (r"(?:document|text|passage|article|page|information|context|source|website|site|description|details?|info|"
+           r"leaflet|brochure|sheet|notes|menu|announcement|syllabus|guide|listing|schedule|timetable|excerpt|manual|"
+           r"policy|pamphlet|flyer|notice|post|entry|record|records|material|what (?:i|we) (?:have|know|was given))")
 _ABSTAIN_PATTERNS = [
     rf"\b(?:does|do|did)\s*(?:not|n't)\s+(?:\w+\s+){{0,2}}{_TELL}\b",
     rf"\b(?:doesn't|don't|didn't|isn't|aren't|wasn't|weren't|is not|are not|was not|were not|not)\s+(?:\w+\s+){{0,1}}"
@@ -65,7 +67,14 @@ _ABSTAIN_PATTERNS = [
     r"\b(?:i'm|i am|we're|we are)\s+not\s+(?:\w+\s+){0,1}(?:sure|certain|aware)\b",
     r"\b(?:unable|not able|wasn't able|was not able|weren't able)\s+to\s+(?:find|answer|determine|tell|say|confirm|locate)\b",
     r"\b(?:i|we)\s+(?:have|had|'ve got)\s+nothing\s+(?:on|about|regarding)\b",
-    rf"\b(?:{_SOURCE}|it|they)\s+(?:is|are|was|were|'s)\s+silent\s+(?:on|about)\b",
+    r"\b(?:is|are|was|were|'s|stays|remains)\s+silent\s+(?:on|about)\b",
+    r"\b(?:couldn't|could not|can't|cannot|wasn't able to|was unable to|didn't)\s+(?:find|see|spot|locate)\b",
+    rf"\bnothing\s+(?:in|on)\s+(?:the|this|that|my|our)\s+(?:\w+\s+){{0,2}}{_TELL}\b",
+    r"\b(?:leaves?|left|leaving)\s+(?:that|this|it|those|these)\s+out\b",
+    rf"\b(?:isn't|is not|aren't|are not|wasn't|was not)\s+(?:in|on|part of)\s+(?:the\s+|this\s+|my\s+|our\s+)?{_SOURCE}\b",
+    r"\bbeyond what\b",
+    r"\b(?:rather not|won't|can't|cannot)\s+guess\b",
+    r"\bnot something\s+(?:that\s+)?(?:i|we)(?:'m| am| are|'re)?\s+(?:able to|can)\b",
     r"\b(?:unknown|unclear|not known|no way to know|not clear)\b",
     rf"\b(?:no|nothing)\b[^.?!]{{0,40}}\b(?:in|on)\s+(?:the|this|that)\s+{_SOURCE}\b",
     r"\bnot\s+(?:something|a detail|a thing|anything)\s+(?:that\s+)?(?:the|this|i|we)\b[^.?!]{0,30}\b(?:cover|mention|say|know|have)",

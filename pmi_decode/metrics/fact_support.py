@@ -230,12 +230,33 @@ _COMPOUND_NUMBER = re.compile(r"\b(" + "|".join(_TENS) + r")[- ](one|two|three|f
 _NUMBER_IN_TOKEN = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
 
 
+_SMALL = {w: int(v) for w, v in _NUMBER_WORDS.items() if int(v) < 20}
+_UNIT = r"(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|" \
+        r"sixteen|seventeen|eighteen|nineteen|\d+)"
+_HUNDREDS = re.compile(_UNIT + r" hundred(?: and)?(?: (\d+))?\b", re.IGNORECASE)
+_AND_A_HALF = re.compile(_UNIT + r" and a half\b", re.IGNORECASE)
+_PAST = re.compile(r"\b(?:a )?(quarter|half) past " + _UNIT + r"\b", re.IGNORECASE)
+_TO = re.compile(r"\b(?:a )?quarter to " + _UNIT + r"\b", re.IGNORECASE)
+
+
+def _small(word: str) -> int:
+    return int(word) if word.isdigit() else _SMALL[word.lower()]
+
+
 def _compound_numbers(text: str) -> str:
-    """"ninety-three" -> "93", so that a number written in words matches its digits."""
-    def value(match):
-        tens = (_TENS.index(match.group(1).lower()) + 2) * 10
-        return str(tens + int(_NUMBER_WORDS[match.group(2).lower()]))
-    return _COMPOUND_NUMBER.sub(value, text)
+    """Numbers written in words as digits, so that they match the document's digits:
+    "ninety-three" -> "93", "two hundred and thirty" -> "230", "four and a half" -> "4.5",
+    "half past eight" -> "8:30", "a quarter to seven" -> "6:45"."""
+    def tens(match):
+        return str((_TENS.index(match.group(1).lower()) + 2) * 10 + int(_NUMBER_WORDS[match.group(2).lower()]))
+
+    text = _COMPOUND_NUMBER.sub(tens, text)
+    text = re.sub(r"\b(" + "|".join(_TENS) + r")\b", lambda m: str((_TENS.index(m.group(1).lower()) + 2) * 10),
+                  text, flags=re.IGNORECASE)
+    text = _HUNDREDS.sub(lambda m: str(100 * _small(m.group(1)) + int(m.group(2) or 0)), text)
+    text = _AND_A_HALF.sub(lambda m: f"{_small(m.group(1))}.5", text)
+    text = _PAST.sub(lambda m: f"{_small(m.group(2))}:{15 if m.group(1).lower() == 'quarter' else 30}", text)
+    return _TO.sub(lambda m: f"{(_small(m.group(1)) - 2) % 12 + 1}:45", text)
 
 
 def _token_forms(token) -> frozenset:

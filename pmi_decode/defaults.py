@@ -1,0 +1,14 @@
+"""What ``pmi_generate`` and ``pmi-decode generate`` do when the user sets nothing.
+
+One place for the decoding defaults, so the library call and the command line cannot drift
+apart. Why these values: docs/results.md ("Faithful means correct"). ``PMIDecode(alpha, p)``
+given explicitly keeps the paper's score (no plausibility head).
+"""
+
+#: Weight of the PMI term.
+ALPHA = 0.5
+#: Mass of the conditional nucleus the candidates come from.
+P = 0.9
+#: The plausibility head: PMI re-ranks only tokens at least this share as probable as the
+#: conditional top token (:func:`pmi_decode.processor.plausible_mask`).
+PLAUSIBILITY = 0.1
