@@ -51,6 +51,8 @@ class ResponseSet:
     responses: list
     golds: list | None = None
     meta: dict = field(default_factory=dict)
+    answers: list | None = None  # per response: reference answers (None: no references)
+    answerable: list | None = None  # per response: whether the document holds an answer (None: unknown)
     scores: list = field(default_factory=list)  # one dict per response, filled by score_response_set
     notes: dict = field(default_factory=dict)  # e.g. {"q2": "unavailable: ..."}
 
@@ -136,6 +138,27 @@ def add_reader_measures(rs: ResponseSet, *, sentence_encoder=None) -> ResponseSe
     return rs
 
 
+#: Correctness columns summarised per set (see :func:`add_correctness_measures`).
+CORRECTNESS_SUMMARY = ("answer_match", "answer_recall", "asserts_unanswerable", "recited_share", "response_words")
+
+
+def add_correctness_measures(rs: ResponseSet) -> ResponseSet:
+    """Add the measures of :mod:`pmi_decode.metrics.correctness` (answer match and recall where
+    ``rs.answers`` holds references, abstention on unanswerable rows, wrong facts in context,
+    recited share) to ``rs.scores`` where they are missing; no model is needed, so score files
+    written before they existed get them at report time."""
+    from .metrics.correctness import CORRECTNESS_COLUMNS, correctness_measures
+
+    if not rs.scores or all(all(k in row for k in CORRECTNESS_COLUMNS) for row in rs.scores):
+        return rs
+    rows = correctness_measures(rs.documents, rs.histories, rs.responses, answers=rs.answers,
+                                answerable=rs.answerable)
+    for row, extra in zip(rs.scores, rows):
+        for key, value in extra.items():
+            row.setdefault(key, value)
+    return rs
+
+
 def score_response_set(rs: ResponseSet, *, pmi_scorer=None, grammar_checker=None, q2=None,
                        progress: bool = False, reader: bool = True, sentence_encoder=None) -> ResponseSet:
     """Fill ``rs.scores`` (one dict per response) and return ``rs``.
@@ -181,6 +204,7 @@ def score_response_set(rs: ResponseSet, *, pmi_scorer=None, grammar_checker=None
     rs.scores = rows
     if reader:
         add_reader_measures(rs, sentence_encoder=sentence_encoder)
+        add_correctness_measures(rs)
     return rs
 
 
@@ -251,6 +275,10 @@ def summarise(sets: Sequence[ResponseSet], *, statistic: str = "cpmi_sum", fixed
             "rouge_l": _mean([r["rouge_l"] for r in rows if "rouge_l" in r]),
             "grammar_error_rate": _mean([r["ungrammatical"] for r in rows if "ungrammatical" in r]),
             **{k: _mean([r.get(k) for r in rows]) for k in READER_SUMMARY},
+            **{k: _mean([r.get(k) for r in rows]) for k in CORRECTNESS_SUMMARY},
+            "wrong_fact_rate": _mean([float(r["wrong_facts"] > 0) for r in rows if r.get("wrong_facts") is not None]),
+            "wrong_number_rate": _mean([float(r["wrong_numbers"] > 0) for r in rows
+                                        if r.get("wrong_numbers") is not None]),
             "corpus_distinct_2": corpus_distinct_n(s.responses, 2) if s.responses else None,
             "notes": dict(s.notes),
             **{k: s.meta[k] for k in ("alpha", "p") if k in s.meta},

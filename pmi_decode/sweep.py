@@ -371,6 +371,8 @@ def _response_set(cell: Cell, rows: list[dict]):
         responses=[r["pmi_response"] for r in rows],
         golds=golds if all(isinstance(g, str) for g in golds) else None,
         meta={"alpha": cell.alpha, "p": cell.p, "cell": cell.name},
+        answers=[r.get("answers") for r in rows],
+        answerable=[r.get("answerable") for r in rows],
     )
 
 
@@ -489,10 +491,34 @@ def load_cell_scores(config: SweepConfig) -> list:
 
 
 # ---------------------------------------------------------------------------- selection
+#: How much answer match a cell may lose against the plainest cell and still be chosen.
+ANSWER_MATCH_TOLERANCE = 0.02
+
+
+def correct_cells(rows: Sequence[dict]) -> list[dict]:
+    """The cells no less correct than the plainest one (smallest alpha, then largest p): no
+    higher wrong-fact rate, answer match at most :data:`ANSWER_MATCH_TOLERANCE` lower (where
+    reference answers exist) and no more answers asserted to unanswerable questions. A garbled
+    copy of the document earns PMI-Faith; it does not pass this."""
+    if not rows:
+        return []
+    base = min(rows, key=lambda s: (alpha_order(s["alpha"]), -s["p"]))
+
+    def ok(s, key, slack=0.0, higher_is_better=False):
+        if s.get(key) is None or base.get(key) is None:
+            return True
+        return s[key] >= base[key] - slack if higher_is_better else s[key] <= base[key] + slack
+
+    return [s for s in rows if ok(s, "wrong_fact_rate") and ok(s, "answer_match", ANSWER_MATCH_TOLERANCE, True)
+            and ok(s, "asserts_unanswerable")]
+
+
 def best_cell(summaries: Sequence[dict], *, method: str | None = None,
-              max_grammar_error_rate: float | None = None) -> dict:
-    """The cell with the highest ROUGE-L + normalised PMI-Faith (the paper's dev-set choice);
-    ties go to the smaller alpha, then the larger p (the plainer decoder).
+              max_grammar_error_rate: float | None = None, require_correct: bool = True) -> dict:
+    """The cell with the highest ROUGE-L + normalised PMI-Faith (the paper's dev-set choice)
+    among the cells no less correct than the plainest one (:func:`correct_cells`;
+    ``require_correct=False``: among all, as the paper did); ties go to the smaller alpha, then
+    the larger p (the plainer decoder).
 
     With ``max_grammar_error_rate``, only cells whose grammar-error rate is at most that are
     candidates: when ROUGE-L varies little across cells, the sum can favour a cell whose
@@ -502,6 +528,11 @@ def best_cell(summaries: Sequence[dict], *, method: str | None = None,
             and not math.isnan(s["pmi_faith_norm"])]
     if not rows:
         raise ValueError("no scored cell has both ROUGE-L (needs gold responses) and normalised PMI-Faith")
+    if require_correct:
+        by_method: dict = {}
+        for s in rows:
+            by_method.setdefault(s["method"], []).append(s)
+        rows = [s for group in by_method.values() for s in correct_cells(group)]
     if max_grammar_error_rate is not None:
         rows = [s for s in rows if s.get("grammar_error_rate") is not None
                 and s["grammar_error_rate"] <= max_grammar_error_rate]
@@ -684,7 +715,8 @@ def _describe(cell: dict) -> str:
 
 def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
     """Table 5 per method, the long table, the best cell and the plots, from the score files."""
-    from .report import add_reader_measures, reader_markdown, summarise, table4_markdown, table5_markdown
+    from .report import (add_correctness_measures, add_reader_measures, reader_markdown, summarise, table4_markdown,
+                         table5_markdown)
 
     sets = load_cell_scores(config)
     if not sets:
@@ -692,6 +724,7 @@ def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
     for rs in sets:
         rs.notes["q2"] = "not computed in sweeps (use eval/score.py on a cell's generations)"
         add_reader_measures(rs)  # score files written before these measures existed
+        add_correctness_measures(rs)
     summaries, bounds = summarise(sets, statistic=config.pmi_statistic, fixed_bounds=config.pmi_bounds)
     for s, rs in zip(summaries, sets):
         s["method_key"] = rs.meta["method_key"]

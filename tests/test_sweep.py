@@ -284,3 +284,35 @@ def test_decode_options_reach_every_cell_and_its_settings(tmp_path, models):
     for bad in ({"conditional_end": "yes"}, {"temperature": 0.7}, {"response_no_repeat_ngram_size": True}, [1]):
         with pytest.raises(ValueError, match="decode_options"):
             make_config(tmp_path / "bad", decode_options=bad)
+
+
+def test_best_cell_prefers_the_correct_cell_to_a_garbled_copy():
+    """A cell that recites the document with its facts garbled earns more PMI-Faith and knowledge
+    overlap; the sweep must still pick the cell whose answers are right."""
+    from pmi_decode.report import ResponseSet, add_correctness_measures, summarise
+
+    document = ("The Harlow Street Library is open Monday to Friday from 9 am to 8 pm, and on Saturdays from "
+                "10 am to 4 pm. Members can borrow up to 12 books for 3 weeks.")
+    questions = [["When does it close on weekdays?"], ["How many books can I borrow?"]]
+    answers = [["8 pm"], ["12 books", "12"]]
+    cells = {
+        (0.0, 1.0): ["It closes at 8 pm on weekdays.", "You can borrow up to 12 books."],
+        (0.25, 0.9): ["On weekdays it is open until 8 pm.", "Members can borrow 12 books at a time."],
+        (0.5, 0.9): ["The library is open Monday to Friday from 9 am to 4 pm, and on Saturdays from 10 am.",
+                     "Members can borrow up to 3 books for 12 weeks."],
+    }
+    pmi = {(0.0, 1.0): 1.0, (0.25, 0.9): 2.0, (0.5, 0.9): 9.0}  # the garbled copy scores highest
+    sets = []
+    for (alpha, p), responses in cells.items():
+        rs = ResponseSet(method="beam search", objective="x", ids=["a", "b"], documents=[document] * 2,
+                         histories=questions, responses=responses, golds=responses, meta={"alpha": alpha, "p": p},
+                         answers=answers, answerable=[True, True])
+        rs.scores = [{"id": i, "cpmi_sum": pmi[(alpha, p)], "rouge_l": 0.5} for i in rs.ids]
+        sets.append(add_correctness_measures(rs))
+    summaries, _ = summarise(sets)
+    garbled = next(s for s in summaries if s["alpha"] == 0.5)
+    assert garbled["wrong_fact_rate"] == 1.0 and garbled["pmi_faith_norm"] == 1.0
+    assert best_cell(summaries, require_correct=False)["alpha"] == 0.5   # the paper's rule picks the garbled copy
+    best = best_cell(summaries)
+    assert (best["alpha"], best["p"]) == (0.25, 0.9)
+    assert best["answer_match"] == 1.0 and best["wrong_fact_rate"] == 0.0

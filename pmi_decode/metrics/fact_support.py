@@ -284,14 +284,21 @@ def _source_sentences(text: str, nlp) -> tuple[tuple[frozenset, ...], ...]:
 
 def _doc_clause(sentence: tuple, lo: int, hi: int) -> range:
     """The positions of a document sentence in the clause around ``lo..hi``: up to
-    ``_CLAUSE_REACH`` tokens each side, stopping at a clause break or another number."""
-    def stop(j):
-        return sentence[j] is _BREAK or any(f.startswith("#") for f in sentence[j])
+    ``2 * _CLAUSE_REACH`` tokens each side, stopping at a clause break or at another number that is
+    not the other end of a range."""
+    def number(j):
+        return any(f.startswith("#") for f in sentence[j])
+
+    def joiner(j):
+        return 0 <= j < len(sentence) and bool(sentence[j] & _JOINERS)
+
+    def stop(j, toward):  # a number stops the clause unless it is the other end of a range ("9 am to 8 pm")
+        return sentence[j] is _BREAK or (number(j) and not joiner(j + toward) and not joiner(j + 2 * toward))
     a = lo
-    while a > 0 and lo - a < _CLAUSE_REACH and not stop(a - 1):
+    while a > 0 and lo - a < 2 * _CLAUSE_REACH and not stop(a - 1, 1):
         a -= 1
     b = hi + 1
-    while b < len(sentence) and b - hi <= _CLAUSE_REACH and not stop(b):
+    while b < len(sentence) and b - hi <= 2 * _CLAUSE_REACH and not stop(b, -1):
         b += 1
     return range(a, b)
 
