@@ -45,6 +45,13 @@ MEASURES = (  # key, label, higher is better
     ("unfinished", "cut off", False),
     ("ungrammatical_finished", "grammar errors, finished part", False),
     ("layout_leak", "layout leak", False),
+    ("answer_match", "answer match", True),
+    ("answer_recall", "answer recall", True),
+    ("wrong_fact", "responses with a wrong fact", False),
+    ("wrong_number", "responses with a wrong number", False),
+    ("asserts_unanswerable", "asserts an answer (unanswerable)", False),
+    ("recited_share", "recited past the answer", False),
+    ("response_words", "words", False),
 )
 
 
@@ -97,8 +104,24 @@ def _inputs(config) -> list[dict]:
     records = load_dialogues(config["dataset"], config["split"], config.get("data_dir"),
                              **(config.get("loader_options") or {}))
     turns = select_turns(records, config["num_turns"], config.get("avoid_first", 0), config.get("avoid_sweep_turns"))
-    return [{"id": str(r.id), "document": r.document, "history": list(r.history), "response": r.response}
-            for r in turns]
+    return [{"id": str(r.id), "document": r.document, "history": list(r.history), "response": r.response,
+             **{k: r.meta[k] for k in ("answers", "answerable") if k in r.meta}} for r in turns]
+
+
+def correctness_fields(inputs: list[dict], rows: list[dict]) -> list[dict]:
+    """The correctness measures of each scored row (by ``id``), with the per-row flags the
+    comparison averages: ``wrong_fact`` / ``wrong_number`` (1.0 when the response holds one)."""
+    from pmi_decode.metrics.correctness import correctness_measures
+
+    by_id = {r["id"]: r for r in inputs}
+    recs = [by_id[row["id"]] for row in rows]
+    out = correctness_measures([r["document"] for r in recs], [r["history"] for r in recs],
+                               [row["response"] for row in rows], answers=[r.get("answers") for r in recs],
+                               answerable=[r.get("answerable") for r in recs])
+    for values in out:
+        values["wrong_fact"] = float(values["wrong_facts"] > 0)
+        values["wrong_number"] = float(values["wrong_numbers"] > 0)
+    return out
 
 
 def _paths(config, name: str) -> dict:
@@ -325,12 +348,14 @@ def paired(base: list[dict], other: list[dict], key: str) -> dict:
 def goal_check(summary: dict, baseline: str, reference: str) -> dict:
     """The goal rule: faithfulness gain (PMI-F per token and knowledge F1) at least that of
     ``reference`` (fixed alpha 0.5) over the baseline, ROUGE-L >= baseline - 0.01, grammar-error
-    rate <= baseline + 3 points, repeated 3-grams <= baseline, and no layout leak."""
+    rate <= baseline + 3 points, repeated 3-grams <= baseline, and no layout leak; and correctness:
+    no more responses with a wrong fact than the baseline, answer match >= baseline - 0.02 and no
+    more answers asserted to unanswerable questions (each where the turns allow it)."""
     base, ref = summary[baseline]["means"], summary[reference]["means"]
     out = {}
     for name, s in summary.items():
         m = s["means"]
-        checks = {
+        checks = {**_correctness_checks(m, base),
             "pmi_faith_gain": m["cpmi_mean"] - base["cpmi_mean"] >= ref["cpmi_mean"] - base["cpmi_mean"],
             "knowledge_f1_gain": m["knowledge_f1"] - base["knowledge_f1"] >= ref["knowledge_f1"] - base["knowledge_f1"],
             "rouge_l": m["rouge_l"] >= base["rouge_l"] - 0.01,
@@ -340,6 +365,18 @@ def goal_check(summary: dict, baseline: str, reference: str) -> dict:
         }
         out[name] = {"checks": checks, "passes": all(checks.values()), "num_passed": sum(checks.values())}
     return out
+
+
+def _correctness_checks(m: dict, base: dict) -> dict:
+    """The correctness goals that these turns can test (a measure is ``None`` where none can)."""
+    checks = {}
+    if m.get("wrong_fact") is not None and base.get("wrong_fact") is not None:
+        checks["wrong_facts"] = m["wrong_fact"] <= base["wrong_fact"]
+    if m.get("answer_match") is not None and base.get("answer_match") is not None:
+        checks["answer_match"] = m["answer_match"] >= base["answer_match"] - 0.02
+    if m.get("asserts_unanswerable") is not None and base.get("asserts_unanswerable") is not None:
+        checks["abstention"] = m["asserts_unanswerable"] <= base["asserts_unanswerable"]
+    return checks
 
 
 def shortfall(summary: dict, name: str, baseline: str, reference: str) -> dict:
@@ -354,6 +391,9 @@ def shortfall(summary: dict, name: str, baseline: str, reference: str) -> dict:
         "grammar": max(0.0, m["ungrammatical"] - base["ungrammatical"] - 0.03),
         "repetition": max(0.0, (m["repeated_3gram_rate"] or 0.0) - (base["repeated_3gram_rate"] or 0.0)),
         "no_leak": m["layout_leak"],
+        **{key: max(0.0, sign * ((m.get(col) or 0.0) - (base.get(col) or 0.0)) - slack)
+           for key, col, sign, slack in (("wrong_facts", "wrong_fact", 1, 0.0), ("answer_match", "answer_match", -1, 0.02),
+                                         ("abstention", "asserts_unanswerable", 1, 0.0))},
     }
 
 
@@ -394,6 +434,10 @@ def report(config, inputs: list[dict]) -> dict:
     common = set.intersection(*({r["id"] for r in data["scores"]} for data in scored.values()))
     for data in scored.values():
         data["scores"] = [r for r in data["scores"] if r["id"] in common]
+        # correctness needs no model: score files written before it existed get it here
+        for row, values in zip(data["scores"], correctness_fields(inputs, data["scores"])):
+            for key, value in values.items():
+                row.setdefault(key, value)
     summary = {}
     for name, data in scored.items():
         rows = data["scores"]
@@ -439,7 +483,9 @@ def markdown(result: dict) -> str:
             "bleu": (".2f", 1), "answers_question": (".3f", 1), "copy_rate": (".3f", 1), "distinct_2": (".3f", 1),
             "repeated_3gram_rate": (".3f", 1), "ungrammatical": (".0f", 100), "ungrammatical_harper": (".0f", 100),
             "unfinished": (".0f", 100), "ungrammatical_finished": (".0f", 100),
-            "layout_leak": (".0f", 100)}
+            "layout_leak": (".0f", 100), "answer_match": (".3f", 1), "answer_recall": (".3f", 1),
+            "wrong_fact": (".0f", 100), "wrong_number": (".0f", 100), "asserts_unanswerable": (".0f", 100),
+            "recited_share": (".3f", 1), "response_words": (".1f", 1)}
     keys = [k for k, _, _ in MEASURES]
     labels = {k: label for k, label, _ in MEASURES}
     lines = ["| System | n | " + " | ".join(labels[k] + (" %" if spec[k][1] == 100 else "") for k in keys)
@@ -447,7 +493,7 @@ def markdown(result: dict) -> str:
     for name, s in result["summary"].items():
         goal = result["goals"].get(name, {})
         mark = ("baseline" if name == result["baseline"] else "n/a" if not goal
-                else "meets" if goal["passes"] else f"{goal['num_passed']}/6")
+                else "meets" if goal["passes"] else f"{goal['num_passed']}/{len(goal['checks'])}")
         lines.append(f"| {name} | {s['n']} | "
                      + " | ".join(_fmt(s["means"][k], spec[k][0], spec[k][1]) for k in keys) + f" | {mark} |")
     lines += ["", f"Paired differences against `{result['baseline']}` (same turns): mean ± 95% half-width.", "",

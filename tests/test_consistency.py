@@ -343,3 +343,29 @@ def test_yes_no_counter_question_is_not_judged():
 ])
 def test_yes_no_words(response, polarity):
     assert yes_no_word(normalize(response))[0] == polarity
+
+
+def test_question_without_auxiliary_gets_short_answers():
+    from pmi_decode.metrics.consistency_rules import short_answer_polarity, short_answers
+
+    forms = short_answers("you married ?")
+    assert forms is not None
+    assert short_answer_polarity(normalize("I'm not."), forms)[0] == "no"
+    assert short_answer_polarity(normalize("I am, for ten years now"), forms)[0] == "yes"
+    assert short_answer_polarity(normalize("i don't, sadly"), short_answers("you like dogs?"))[0] == "no"
+    assert short_answer_polarity(normalize("she did!"), short_answers("she got the job?"))[0] == "yes"
+    assert short_answers("ever been to spain?") is None and short_answers("any pets?") is None
+
+
+def test_digits_with_a_scale_word_normalise_like_number_words():
+    assert normalize("45 million") == normalize("forty five million") == "45000000"
+    assert normalize("2.5 thousand") == "2500"
+
+
+def test_long_alternatives_are_compared_too():
+    scorer = ConsistencyScorer(nli=None, max_keywords=3)
+    answer = "a dog | my neighbour's old grey cat called tom"
+    [result] = scorer.score(["what pet do you have?"], ["my neighbour's old grey cat called tom"], [answer], ["wh"],
+                            ["i have a cat."])
+    assert result["keywords"]["recall"] == 1.0
+    assert result["keywords"]["alternative"] == "my neighbour's old grey cat called tom"

@@ -152,3 +152,35 @@ def test_correctness_measures_and_scoring_registry():
         score_records([dict(records[1], answers=["x"])], ["correctness"])
     rows = correctness_measures([LIBRARY], [["q"]], ["x"], answers=[["8 pm"]])
     assert rows[0]["answer_match"] == 0.0 and rows[0]["asserts_unanswerable"] is None
+
+
+def test_squad2_loader_reads_the_official_format():
+    from pmi_decode import load_dialogues
+
+    records, report = load_dialogues("squad2", "dev", Path(__file__).parent / "fixtures" / "squad2",
+                                     return_report=True)
+    assert records and report.records == len(records)
+    for r in records:
+        assert r.history and len(r.history) == 1 and r.document
+        assert r.meta["answerable"] == bool(r.meta["answers"])
+        assert all(a in r.document for a in r.meta["answers"])
+    assert any(not r.meta["answerable"] for r in records) and any(r.meta["answerable"] for r in records)
+    with pytest.raises(ValueError, match="unknown split"):
+        load_dialogues("squad2", "test", Path(__file__).parent / "fixtures" / "squad2")
+
+
+def test_correctness_table_paired_bootstrap():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("correctness_table",
+                                                  Path(__file__).parents[1] / "eval" / "correctness_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    d = module.paired_bootstrap([0.0] * 10, [1.0] * 5 + [0.0] * 5)
+    assert d["diff"] == 0.5 and d["low"] < 0.5 < d["high"] and d["n"] == 10
+    assert module.paired_bootstrap([1.0, 1.0], [1.0, 1.0])["diff"] == 0.0
+    records = [{"scores": {"plain_response": {"answer_match": 1.0, "wrong_numbers": 2.0},
+                           "pmi_response": {"answer_match": 0.0, "wrong_numbers": 0.0}}}]
+    table = module.table(records)
+    assert table["answer_match"]["pmi_minus_plain"]["diff"] == -1.0
+    assert table["wrong_numbers"]["plain"] == 1.0   # a response holding a wrong number counts once

@@ -9,6 +9,7 @@ from .faithdial import load_faithdial
 from .faithdial_audit import load_faithdial_audit
 from .multidoc2dial import load_multidoc2dial
 from .records import DialogueRecord, LoadReport
+from .squad2 import load_squad2
 from .topicalchat import load_topicalchat
 
 logger = logging.getLogger(__name__)
@@ -20,6 +21,7 @@ LOADERS = {
     "topicalchat": load_topicalchat,
 }
 LOADERS["consistest"] = load_consistest  # PersonaChat questions about stated facts (one split: valid)
+LOADERS["squad2"] = load_squad2  # grounded questions: meta holds the reference answers and whether any exists
 
 __all__ = ["DialogueRecord", "LoadReport", "LOADERS", "load_dialogues"]
 
@@ -31,7 +33,8 @@ def load_dialogues(name: str, split: str, data_dir=None, *, return_report: bool 
     ``all`` or a system, ``mapping`` is ``strict`` or ``lenient``), ``multidoc2dial`` or ``topicalchat``; ``data_dir`` is the folder
     of the official files (FaithDial: None reads the hub). Data-set options pass through
     (``rare``, ``skip_personal_knowledge``, ``reading_set`` for Topical-Chat; ``dial_file``,
-    ``doc_file`` for MultiDoc2Dial). What was skipped or could not be resolved is logged; with
+    ``doc_file`` for MultiDoc2Dial; ``file`` for ``squad2``, grounded questions whose ``meta`` holds
+    ``answers`` and ``answerable``). What was skipped or could not be resolved is logged; with
     ``return_report=True`` the result is ``(records, LoadReport)``.
     """
     key = name.lower().replace("-", "").replace("_", "")

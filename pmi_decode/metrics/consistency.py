@@ -182,7 +182,9 @@ class ConsistencyScorer:
                           explanation=f"Every reference answer has more than {self.max_keywords} keywords; "
                                       f"NLI against the fact decides.")
             return result
-        best = max(((a, *keyword_recall(a, clean)) for a in short), key=lambda x: x[1])
+        # every alternative is compared, long ones too: "a cat | my neighbour's grey cat called tom"
+        # is answered by either, and dropping the long one would miss a response that gives it
+        best = max(((a, *keyword_recall(a, clean)) for a in alternatives), key=lambda x: x[1])
         alternative, recall, found, missing = best
         result["keywords"] = {"alternative": alternative, "found": found, "missing": missing, "recall": recall}
         result.update(score=recall, decision="keyword_recall", _nli=True,

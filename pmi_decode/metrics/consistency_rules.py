@@ -125,7 +125,16 @@ def normalize(text: str) -> str:
     text = re.sub(r"\b(" + "|".join(_APOSTROPHELESS) + r")\b", lambda m: _APOSTROPHELESS[m.group(1)], text)
     text = re.sub(r"\s+([,.!?;:])", r"\1", text)                       # "yes , i do ." -> "yes, i do."
     text = words_to_numbers(text)
+    text = _DIGIT_SCALE.sub(_scaled, text)  # "45 million" like "forty five million" -> "45000000"
     return " ".join(text.split())
+
+
+_DIGIT_SCALE = re.compile(r"\b(\d+(?:\.\d+)?) (" + "|".join(_SCALES) + r")\b")
+
+
+def _scaled(match) -> str:
+    value = float(match.group(1)) * _SCALES[match.group(2)]
+    return str(int(value)) if value == int(value) else str(value)
 
 
 def keywords(text: str) -> list[str]:
@@ -191,6 +200,11 @@ _PRONOUNS = {"it", "they", "he", "she", "there", "we", "this", "that"}
 _QUESTION_FILLERS = ("so", "and", "but", "well", "hey", "oh", "ok", "okay", "also", "then", "really", "wow")
 
 
+#: The auxiliaries a question may have dropped before its subject ("you married?" = "are you
+#: married?"), for "you" (True) and for a third-person pronoun (False).
+_DROPPED_AUXILIARIES = {True: ("are", "do", "did", "have"), False: ("is", "does", "did", "has")}
+
+
 @dataclass(frozen=True)
 class ShortAnswers:
     """The short answers a yes/no question allows: ``positive`` and ``negative`` forms (normalised)."""
@@ -202,11 +216,17 @@ class ShortAnswers:
 
 
 def short_answers(question: str) -> ShortAnswers | None:
-    """The short answers to a yes/no question, from its auxiliary and subject; None when the
-    question does not open with an auxiliary ("ever been to spain?", "any pets?")."""
+    """The short answers to a yes/no question, from its auxiliary and subject. A question that
+    drops its auxiliary after a subject pronoun ("you married?", "you like dogs?", "she got a
+    job?") allows the short answers of every auxiliary it could have dropped (be, do, did, have).
+    None when there is neither ("ever been to spain?", "any pets?")."""
     words = re.findall(r"[a-z]+(?:'[a-z]+)?", normalize(question))
     while words and words[0] in _QUESTION_FILLERS:
         words = words[1:]
+    if len(words) >= 2 and words[0] not in AUXILIARIES and (words[0] in _YOU or words[0] in _PRONOUNS - {"there"}):
+        forms = [short_answers(" ".join([aux, *words])) for aux in _DROPPED_AUXILIARIES[words[0] in _YOU]]
+        return ShortAnswers("", forms[0].subject, tuple(dict.fromkeys(f for s in forms for f in s.positive)),
+                            tuple(dict.fromkeys(f for s in forms for f in s.negative)))
     if len(words) < 2 or words[0] not in AUXILIARIES:
         return None
     aux, subject = words[0], words[1]
