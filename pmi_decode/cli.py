@@ -250,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decoding_arguments(demo, DEMO_DEFAULTS)
     _add_guard_arguments(demo)
     demo.add_argument("--width", type=_positive_int("--width"), default=None, help="output width in characters")
+    demo.add_argument("--save", default=None, help="also write the run (responses, gains, settings) to this JSON file")
     demo.set_defaults(func=_run_demo)
 
     _add_score_command(sub)
@@ -360,7 +361,7 @@ def _run_demo(args) -> int:
         args.input, model_name=args.model, device=args.device, dtype=args.dtype, alpha=args.alpha, p=args.p,
         num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, chat_template=_chat_flag(args.chat_template),
         max_length=args.max_input_length, max_history_turns=args.max_history_turns, width=args.width,
-        guards=dict(no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
+        save=args.save, guards=dict(no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
                     block_layout_markers=args.block_layout_markers,
                     response_no_repeat_ngram_size=args.response_no_repeat_ngram_size,
                     normalize_scores=args.normalize_scores, conditional_end=args.conditional_end,
