@@ -154,9 +154,12 @@ def read_done_ids(path: str | os.PathLike, settings: dict | None = None) -> set[
         if not isinstance(obj, dict) or "id" not in obj:
             raise DialogueFileError(f"{where}: the output file holds a record without an 'id'")
         if settings is not None and obj.get("settings") != settings:
+            from .distributed import settings_difference
+
             raise DialogueFileError(
-                f"{where}: this output was decoded with other settings ({obj.get('settings')}) than now "
-                f"({settings}); pass the same settings to resume, or write to a new --output"
+                f"{where}: this output was decoded with other settings "
+                f"({settings_difference(obj.get('settings'), settings)}); pass the same settings to resume, "
+                "or write to a new --output"
             )
         done.add(str(obj["id"]))
     return done

@@ -137,7 +137,7 @@ def test_resume_with_other_settings_is_refused(tmp_path, llama_dir, capsys):
     before = out.read_text()
     assert _gen(llama_dir, inp, str(out), "--num-beams", "1", "--alpha", "0.3") == 1
     err = capsys.readouterr().err
-    assert "other settings" in err and f"{out}:1" in err
+    assert "other settings (alpha: 0.5 in the file, 0.3 now)" in err and f"{out}:1" in err
     assert out.read_text() == before
 
 
@@ -278,6 +278,9 @@ def test_resume_refuses_any_option_that_changes_the_records(tmp_path, llama_dir,
     assert _gen(llama_dir, _write_input(tmp_path / "in.jsonl", _records(3)), str(out), "--num-beams", "1", *extra) == 1
     err = capsys.readouterr().err
     assert "other settings" in err and "Traceback" not in err
+    named = {"--compare": "compare", "--max-history-turns": "max_history_turns", "--max-input-length":
+             "max_input_length", "--chat-template": "chat_template", "--batch-size": "batch_size", "--dtype": "dtype"}
+    assert f"({named[extra[0]]}: " in err and err.count(" in the file, ") == 1  # only the differing key
     assert out.read_text() == before
 
 
@@ -341,9 +344,12 @@ def test_a_hub_id_fails_at_once_when_the_hub_cannot_be_reached(tmp_path, monkeyp
 
     from pmi_decode.models import ModelNotAvailableError, fail_fast_if_offline
 
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: refused at once
+    from huggingface_hub import constants
+
+    # huggingface_hub reads HF_HUB_OFFLINE and HF_ENDPOINT once, at import: set what it read
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",  # nothing listens there: refused at once
+                        "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}")
     start = time.monotonic()
     with pytest.raises(ModelNotAvailableError, match="the Hugging Face hub cannot be reached"):
         fail_fast_if_offline("some-org/not-a-cached-model")

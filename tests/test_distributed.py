@@ -290,3 +290,12 @@ def test_one_process_finishes_a_killed_multi_process_run(tmp_path, llama_dir):
     assert main([*flags, "--output", str(out)]) == 0
     assert _read(out) == single
     assert not shard_dir(out).exists()
+
+
+def test_settings_difference_names_only_the_differing_keys():
+    from pmi_decode.distributed import settings_difference
+
+    old = {"model": "m", "alpha": 0.25, "seed": 0, "format": {"a": 1}}
+    new = {"model": "m", "alpha": 0.5, "seed": 0, "format": {"a": 2}, "compare": True}
+    assert settings_difference(old, new) == ('alpha: 0.25 in the file, 0.5 now; format: {"a": 1} in the file, '
+                                             '{"a": 2} now; compare: absent in the file, true now')
