@@ -239,7 +239,8 @@ def test_accelerate_launch_two_processes_matches_one_process_and_resumes(tmp_pat
     assert main(["generate", *flags, "--output", str(single)]) == 0
 
     out = tmp_path / "two.jsonl"
-    run = _launch(["generate", *flags, "--output", str(out)], 2)
+    loud = [f for f in flags if f != "--quiet"]  # --quiet would hide the summary line checked below
+    run = _launch(["generate", *loud, "--output", str(out)], 2)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "from 2 processes" in run.stderr
     merged = _read(out)
