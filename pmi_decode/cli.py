@@ -312,8 +312,26 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--save", default=None, help="also write the run (responses, gains, settings) to this JSON file")
     demo.set_defaults(func=_run_demo)
 
+    sweep = sub.add_parser(
+        "sweep",
+        help="alpha/p grid sweep: decode, score, table and best cell (resumable)",
+        description="Decode the dialogues once per (method, alpha, p) cell, score every cell and report the table "
+        "and the best cell. --input takes what `generate --input` takes; --config a sweep YAML "
+        "(configs/sweep_*.yaml); command-line settings win over the file.",
+    )
+    from .sweep import add_sweep_arguments
+
+    add_sweep_arguments(sweep)
+    sweep.set_defaults(func=_run_sweep)
+
     _add_score_command(sub)
     return parser
+
+
+def _run_sweep(args) -> int:
+    from .sweep import run_sweep_command
+
+    return run_sweep_command(args)
 
 
 def _add_score_command(sub) -> None:
