@@ -447,6 +447,31 @@ def _check_metric_names(metrics: Sequence[str]) -> None:
         get_metric(name)  # fail before loading any model
 
 
+def check_models(args, metrics: Sequence[str]) -> None:
+    """Before any scoring: the PMI-Faith scorer model (for the metrics that use it) and the grammar
+    backend (for ``grammar``) must be loadable, so a missing one is named at once and not after
+    the other metrics have run. The grammar checker built here is the one scoring reuses."""
+    from .models import ModelNotAvailableError, check_loadable
+
+    problems = []
+    if {"pmi_faith", "pmi_faith_words", "faith_score"} & set(metrics):
+        try:
+            check_loadable(args.scorer_model)
+        except ModelNotAvailableError as err:
+            problems.append(f"--scorer-model {args.scorer_model!r}: {err}")
+    if "grammar" in metrics:
+        from .metrics.grammar import DEFAULT_BACKEND, _cached_checker
+
+        backend = getattr(args, "grammar_backend", None) or DEFAULT_BACKEND
+        try:
+            _cached_checker(backend, {})
+        except Exception as err:  # each backend names its own missing piece
+            problems.append(f"--grammar-backend {backend!r}: {type(err).__name__}: {err}")
+    if problems:
+        raise ModelNotAvailableError("scoring needs models that cannot be loaded, so nothing was scored:\n  - "
+                                     + "\n  - ".join(problems))
+
+
 def run_score(args) -> Path:
     """Run ``pmi-decode score``; returns the output path."""
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
@@ -460,6 +485,7 @@ def run_score(args) -> Path:
 
     check_output_path(output, "--output")
     records = read_records(args.input, getattr(args, "split", None))
+    check_models(args, metrics)
     if "pmi_faith" in metrics:
         generators = {str((r.get("settings") or {}).get("model")) for r in records if isinstance(r.get("settings"), dict)}
         if str(args.scorer_model) in generators:
