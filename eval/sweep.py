@@ -12,6 +12,7 @@ atomically) are kept. Outputs under the config's ``output_dir``: ``generations/`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -34,16 +35,10 @@ def main(argv=None) -> int:
     from pmi_decode.sweep import run_sweep_command
 
     try:
-        with quiet_mode() if args.quiet else _nothing():
+        with quiet_mode() if args.quiet else contextlib.nullcontext():
             return run_sweep_command(args)
     except (FileNotFoundError, ValueError, ModelNotAvailableError) as err:
         raise SystemExit(f"error: {err}")
-
-
-def _nothing():
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 if __name__ == "__main__":
