@@ -181,8 +181,9 @@ def read_shards(cache_path: Path, settings: dict) -> dict:
         for record in distributed.read_shard_records(path):
             if record.get("settings") != settings:
                 raise distributed.ShardError(
-                    f"{path}: scores of an unfinished run with other settings ({record.get('settings')}) than now "
-                    f"({settings}); rerun with those settings to finish it, or delete {folder} to discard it"
+                    f"{path}: scores of an unfinished run with other settings "
+                    f"({distributed.settings_difference(record.get('settings'), settings)}); rerun with those "
+                    f"settings to finish it, or delete {folder} to discard it"
                 )
             written.setdefault(record["id"], record["scores"])
     return written

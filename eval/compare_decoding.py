@@ -532,6 +532,24 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_models(config, stages) -> None:
+    """Before the first dialogue is decoded: every model the stages need must be loadable (the
+    scorer used to fail only after the whole decoding stage)."""
+    from pmi_decode.models import ModelNotAvailableError, check_loadable
+
+    needed = ([("generator", config["generator"])] if "decode" in stages else []) + (
+        [("scorer_model", config["scorer_model"])] if "score" in stages and config.get("scorer_model") else [])
+    problems = []
+    for role, name in needed:
+        try:
+            check_loadable(name)
+        except ModelNotAvailableError as err:
+            problems.append(f"{role} {name!r}: {err}")
+    if problems:
+        raise SystemExit("error: this run needs models that cannot be loaded, so nothing was decoded:\n  - "
+                         + "\n  - ".join(problems))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True)
@@ -567,6 +585,7 @@ def main(argv=None) -> int:
     if args.first_turns:
         inputs = inputs[:args.first_turns]
     stages = [s.strip() for s in args.stages.split(",")]
+    check_models(config, stages)
     if "decode" in stages:
         decode(config, inputs)
     if "score" in stages:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -177,6 +178,63 @@ def _positive_int(name: str):
     return _int_at_least(name, 1)
 
 
+def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--input", required=True,
+        help='dialogues: a JSONL file ({"id", "document", "history": [...], "response"?} per line), a folder '
+        "written by datasets' save_to_disk, or a hub data set id (with --split)",
+    )
+    parser.add_argument("--split", default=None,
+                        help="the split of a hub data set or of a saved DatasetDict (e.g. test)")
+
+
+@contextlib.contextmanager
+def quiet_mode():
+    """Errors only, for the duration of one command: silence the loading messages, progress bars
+    and warnings of this package and of the libraries it drives (transformers, huggingface_hub,
+    datasets, accelerate); everything is restored afterwards."""
+    import logging
+    import warnings
+
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    names = ("pmi_decode", "transformers", "huggingface_hub", "datasets", "accelerate", "filelock", "evaluate")
+    levels = {name: logging.getLogger(name).level for name in names}
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hub_bars_off = are_progress_bars_disabled()
+    data = importlib.import_module("datasets") if importlib.util.find_spec("datasets") is not None else None
+    data_state = (data.logging.get_verbosity(), data.is_progress_bar_enabled()) if data is not None else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            for name in names:
+                logging.getLogger(name).setLevel(logging.ERROR)
+            hf_logging.set_verbosity_error()
+            hf_logging.disable_progress_bar()
+            disable_progress_bars()
+            if data is not None:
+                data.logging.set_verbosity_error()
+                data.disable_progress_bars()
+            yield
+        finally:
+            for name, level in levels.items():
+                logging.getLogger(name).setLevel(level)
+            hf_logging.set_verbosity(verbosity)
+            (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
+            if not hub_bars_off:
+                enable_progress_bars()
+            if data is not None:
+                data.logging.set_verbosity(data_state[0])
+                (data.enable_progress_bars if data_state[1] else data.disable_progress_bars)()
+
+
+def _say(args, message: str) -> None:
+    """A status line on stderr, unless --quiet."""
+    if not getattr(args, "quiet", False):
+        print(message, file=sys.stderr)
+
+
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", default="embedded",
@@ -241,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Output records carry the input, pmi_response, plain_response (--compare) and the settings. "
         "An existing output file is resumed: ids already in it are skipped.",
     )
-    gen.add_argument("--input", required=True, help="JSONL file of dialogues")
+    _add_input_arguments(gen)
     gen.add_argument("--output", required=True, help="JSONL file to write (appended to when resuming)")
     _add_model_arguments(gen)
     _add_decoding_arguments(gen, DEFAULTS)
@@ -253,7 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--seed", type=int, default=DEFAULTS["seed"], help=f"random seed (default {DEFAULTS['seed']})")
     gen.add_argument("--compare", action="store_true", help="also decode without PMI and write plain_response")
-    gen.add_argument("--quiet", action="store_true", help="no progress bar")
+    gen.add_argument("--quiet", action="store_true",
+                     help="print errors only: no progress bar, loading messages, warnings or summary lines")
     gen.set_defaults(func=_run_generate)
 
     demo = sub.add_parser(
@@ -267,10 +326,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decoding_arguments(demo, DEMO_DEFAULTS)
     _add_guard_arguments(demo)
     demo.add_argument("--width", type=_positive_int("--width"), default=None, help="output width in characters")
+    demo.add_argument("--save", default=None, help="also write the run (responses, gains, settings) to this JSON file")
     demo.set_defaults(func=_run_demo)
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="alpha/p grid sweep: decode, score, table and best cell (resumable)",
+        description="Decode the dialogues once per (method, alpha, p) cell, score every cell and report the table "
+        "and the best cell. --input takes what `generate --input` takes; --config a sweep YAML "
+        "(configs/sweep_*.yaml); command-line settings win over the file.",
+    )
+    from .sweep import add_sweep_arguments
+
+    add_sweep_arguments(sweep)
+    sweep.set_defaults(func=_run_sweep)
 
     _add_score_command(sub)
     return parser
+
+
+def _run_sweep(args) -> int:
+    from .sweep import run_sweep_command
+
+    return run_sweep_command(args)
 
 
 def _add_score_command(sub) -> None:
@@ -324,17 +402,18 @@ def _run_generate(args) -> int:
         check_output_path,
         decode_records,
         decode_settings,
-        read_dialogues_jsonl,
+        read_dialogues,
         read_done_ids,
+        reorder_output,
         write_records,
     )
 
-    records = read_dialogues_jsonl(args.input)
+    if os.path.exists(args.input) and os.path.abspath(args.input) == os.path.abspath(args.output):
+        raise ValueError("--output must differ from --input")
+    records = read_dialogues(args.input, args.split)
     options = _decode_options(args)
     settings = decode_settings(**{k: v for k, v in options.items() if k != "extra_settings"},
                                **options["extra_settings"])
-    if os.path.abspath(args.input) == os.path.abspath(args.output):
-        raise ValueError("--output must differ from --input")
     check_output_path(args.output, "--output")
     from .distributed import process_group, shard_dir
 
@@ -345,14 +424,17 @@ def _run_generate(args) -> int:
     todo = [r for r in records if str(r["id"]) not in done]
     skipped = len(records) - len(todo)
     if skipped:
-        print(f"resuming: {skipped} of {len(records)} dialogues already in {args.output}", file=sys.stderr)
+        _say(args, f"resuming: {skipped} of {len(records)} dialogues already in {args.output}")
     if not todo:
-        print(f"nothing to do: all {len(records)} dialogues are in {args.output}", file=sys.stderr)
+        reorder_output(args.output, [r["id"] for r in records])
+        _say(args, f"nothing to do: all {len(records)} dialogues are in {args.output}")
         return 0
     model, tokenizer = _load(args)
     outputs = decode_records(todo, model, tokenizer, progress=not args.quiet, **_decode_options(args))
+    # written as decoded (a kill loses nothing), then put in input order: decode_records goes by length
     written = write_records(args.output, outputs)
-    print(f"wrote {written} dialogues to {args.output}", file=sys.stderr)
+    reorder_output(args.output, [r["id"] for r in records])
+    _say(args, f"wrote {written} dialogues to {args.output}")
     return 0
 
 
@@ -366,7 +448,7 @@ def _run_generate_sharded(args, records, settings, processes) -> int:
     result = decode_sharded(records, args.output, lambda: _load(args), settings=settings, processes=processes,
                             progress=not args.quiet, **_decode_options(args))
     if processes.is_main:
-        print(f"wrote {result['merged']} dialogues to {args.output} from {processes.count} processes", file=sys.stderr)
+        _say(args, f"wrote {result['merged']} dialogues to {args.output} from {processes.count} processes")
     return 0
 
 
@@ -377,7 +459,7 @@ def _run_demo(args) -> int:
         args.input, model_name=args.model, device=args.device, dtype=args.dtype, alpha=args.alpha, p=args.p,
         num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, chat_template=_chat_flag(args.chat_template),
         max_length=args.max_input_length, max_history_turns=args.max_history_turns, width=args.width,
-        guards=dict(no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
+        save=args.save, guards=dict(no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
                     block_layout_markers=args.block_layout_markers,
                     response_no_repeat_ngram_size=args.response_no_repeat_ngram_size,
                     normalize_scores=args.normalize_scores, conditional_end=args.conditional_end,
@@ -395,7 +477,8 @@ def main(argv=None) -> int:
     from .models import ModelNotAvailableError
 
     try:
-        result = args.func(args)
+        with quiet_mode() if getattr(args, "quiet", False) else contextlib.nullcontext():
+            result = args.func(args)
         return result if isinstance(result, int) else 0
     except (DialogueFileError, ModelNotAvailableError, ValueError, RuntimeError, OSError) as err:
         print(f"pmi-decode {args.command}: error: {err}", file=sys.stderr)

@@ -42,8 +42,10 @@ __all__ = [
     "check_output_path",
     "decode_records",
     "decode_settings",
+    "read_dialogues",
     "read_dialogues_jsonl",
     "read_done_ids",
+    "reorder_output",
     "response_log_prob",
     "pmi_gain",
     "write_records",
@@ -70,6 +72,9 @@ def _check_record(obj, where: str) -> dict:
         raise DialogueFileError(f"{where}: 'id' must be a non-empty string or an integer, got {rid!r}")
     if not isinstance(obj["document"], str):
         raise DialogueFileError(f"{where}: 'document' must be a string, got {type(obj['document']).__name__}")
+    if not obj["document"].strip():
+        raise DialogueFileError(f"{where}: 'document' is empty: with nothing to be faithful to, PMI-Decode decodes "
+                                "exactly as plain decoding; give the dialogue its document or leave it out")
     history = obj["history"]
     if not isinstance(history, list):
         raise DialogueFileError(
@@ -122,6 +127,54 @@ def read_dialogues_jsonl(path: str | os.PathLike) -> list[dict]:
     return records
 
 
+def read_dialogues(source, split: str | None = None) -> list[dict]:
+    """The dialogues of any input the commands take, validated as :func:`read_dialogues_jsonl`
+    validates a file: a JSONL file, a folder written by ``Dataset.save_to_disk`` (``split`` picks
+    one of a ``DatasetDict``), a hub data set id with ``split``, or a ``datasets.Dataset``. Rows
+    need the columns ``id``, ``document``, ``history`` (``response`` and ``meta`` are carried
+    through; a ``meta`` JSON string is read back as a dict)."""
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_file():
+        if split is not None:
+            raise DialogueFileError(f"{source}: --split is for a saved DatasetDict or a hub data set, not a JSONL file")
+        return read_dialogues_jsonl(source)
+    from .data.hf_datasets import DatasetSourceError, load_rows
+
+    try:
+        rows, where = load_rows(source, split)
+    except DatasetSourceError as err:
+        raise DialogueFileError(str(err)) from None
+    records, seen = [], {}
+    for i, row in enumerate(rows):
+        rec = _check_record(row, f"{where}, row {i}")
+        key = str(rec["id"])
+        if key in seen:
+            raise DialogueFileError(f"{where}, row {i}: duplicate id {rec['id']!r} (first seen in row {seen[key]})")
+        seen[key] = i
+        records.append(rec)
+    if not records:
+        raise DialogueFileError(f"{where}: holds no dialogues")
+    return records
+
+
+def reorder_output(path: str | os.PathLike, ids: Sequence) -> None:
+    """Rewrite an output file so its records follow ``ids`` (the input order); records of other
+    ids (from an earlier input) keep their order after them. Written beside it and renamed over
+    it, so a kill leaves the old file whole."""
+    path = Path(path)
+    if not path.exists():
+        return
+    records = [obj for _, obj in _json_records(path, "the output file holds a line that is not valid JSON")]
+    rank = {str(i): n for n, i in enumerate(ids)}
+    ordered = sorted(records, key=lambda r: (0, rank[str(r.get("id"))]) if str(r.get("id")) in rank else (1, 0))
+    if ordered == records:
+        return
+    tmp = path.with_name(path.name + ".reordering")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for rec in ordered:
+            handle.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
 def read_done_ids(path: str | os.PathLike, settings: dict | None = None) -> set[str]:
     """Ids already decoded in an output file, to resume an interrupted run.
 
@@ -154,9 +207,12 @@ def read_done_ids(path: str | os.PathLike, settings: dict | None = None) -> set[
         if not isinstance(obj, dict) or "id" not in obj:
             raise DialogueFileError(f"{where}: the output file holds a record without an 'id'")
         if settings is not None and obj.get("settings") != settings:
+            from .distributed import settings_difference
+
             raise DialogueFileError(
-                f"{where}: this output was decoded with other settings ({obj.get('settings')}) than now "
-                f"({settings}); pass the same settings to resume, or write to a new --output"
+                f"{where}: this output was decoded with other settings "
+                f"({settings_difference(obj.get('settings'), settings)}); pass the same settings to resume, "
+                "or write to a new --output"
             )
         done.add(str(obj["id"]))
     return done
@@ -489,6 +545,10 @@ def decode_records(
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if do_sample and seed is None:
         logger.warning("sampling without a seed: the output will differ from run to run")
+    empty = [str(r["id"]) for r in records if isinstance(r.get("document"), str) and not r["document"].strip()]
+    if empty:
+        logger.warning("%d of %d dialogues have an empty document, so PMI-Decode decodes them exactly as plain "
+                       "decoding (ids %s)", len(empty), len(records), ", ".join(empty[:5]) + (" ..." if len(empty) > 5 else ""))
     enc_dec = is_encoder_decoder_model(model)
     user_max_length = max_length
     if max_length is None:

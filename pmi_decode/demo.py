@@ -7,6 +7,7 @@ log P(r | d, h) - log P(r | h) under the same model: the quantity PMI-Decode pus
 
 from __future__ import annotations
 
+import json
 import shutil
 import textwrap
 from importlib import resources
@@ -77,9 +78,12 @@ def run_demo(
     print_fn=print,
     model_and_tokenizer=None,
     guards: dict | None = None,
+    save=None,
 ) -> list[dict]:
     """Decode the demo dialogues both ways, print them and return the output records. ``guards``:
-    the guard options of :func:`~pmi_decode.decode_records`, applied to both columns alike."""
+    the guard options of :func:`~pmi_decode.decode_records`, applied to both columns alike.
+    ``save``: a JSON file to write the run to (records, gains, means, settings), so the numbers
+    quoted elsewhere can be checked against the run that made them."""
     records = read_dialogues_jsonl(path or demo_dialogues_path())
     if model_and_tokenizer is None:
         from .models import load_model_and_tokenizer
@@ -124,4 +128,14 @@ def run_demo(
                 width,
             )
         )
+    if save is not None:
+        n = len(ordered)
+        run = {
+            "settings": ordered[0]["settings"] if ordered else None,
+            "mean_gain": {"plain": totals[0] / n, "pmi": totals[1] / n} if show_gain and n else None,
+            "records": [{k: out.get(k) for k in ("id", "plain_response", "pmi_response", "plain_gain", "pmi_gain")}
+                        for out in ordered],
+        }
+        Path(save).parent.mkdir(parents=True, exist_ok=True)
+        Path(save).write_text(json.dumps(run, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return ordered

@@ -42,6 +42,7 @@ __all__ = [
     "shard_dir",
     "shard_path",
     "shard_units",
+    "settings_difference",
 ]
 
 
@@ -75,11 +76,25 @@ class Processes:
         """
         if self._state is None or self.count == 1:
             return [value]
-        import torch.distributed as dist
+        from accelerate.utils import gather_object
 
-        values = [None] * self.count
-        dist.all_gather_object(values, value)
-        return values
+        return gather_object([value])  # accelerate gathers lists and joins them: one item per process
+
+
+def settings_difference(written, now) -> str:
+    """The keys on which two settings dicts differ, each with both values, e.g.
+    ``alpha: 0.25 in the file, 0.5 now`` (what a refused resume must say, rather than print
+    both dicts whole)."""
+    if not isinstance(written, dict) or not isinstance(now, dict):
+        return f"{written!r} in the file, {now!r} now"
+    missing = object()
+    parts = []
+    for key in list(written) + [k for k in now if k not in written]:
+        old, new = written.get(key, missing), now.get(key, missing)
+        if old != new:
+            show = lambda v: "absent" if v is missing else json.dumps(v, sort_keys=True, default=str)  # noqa: E731
+            parts.append(f"{key}: {show(old)} in the file, {show(new)} now")
+    return "; ".join(parts) or "the same keys and values, in another form"
 
 
 def _launched_with_several_processes() -> bool:
@@ -115,7 +130,9 @@ def process_group() -> Processes:
 
 def shard_units(units: Sequence, index: int, count: int) -> list:
     """Units ``index, index + count, ...``: round-robin, so with units sorted longest first
-    every process gets a similar mix of long and short work."""
+    every process gets a similar mix of long and short work (accelerate's
+    ``split_between_processes`` hands out contiguous slices: the first process would get all the
+    longest batches)."""
     if count < 1 or not 0 <= index < count:
         raise ValueError(f"process index must be in [0, {count}), got {index} of {count}")
     return list(units[index::count])
@@ -159,7 +176,7 @@ def read_shard_records(path: str | os.PathLike, settings: dict | None = None) ->
             raise ShardError(f"{path}:{lineno}: a record without an 'id'")
         if settings is not None and obj.get("settings") != settings:
             raise ShardError(
-                f"{path}:{lineno}: written with other settings ({obj.get('settings')}) than now ({settings}); "
+                f"{path}:{lineno}: written with other settings ({settings_difference(obj.get('settings'), settings)}); "
                 "pass the same settings to resume, or write to a new --output"
             )
         records.append(obj)

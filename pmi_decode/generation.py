@@ -178,6 +178,13 @@ def paired_prompt_cache(model, joint: dict, expand: int):
     return joined
 
 
+def _class_generate(model):
+    """The generate of the model's class: a model loaded with ``trust_remote_code=True`` from a
+    folder holding ``custom_generate/`` has its own ``generate`` replaced by that function, which
+    (PMI-Decode's own, hub/pmi-decode) calls back here and would recurse."""
+    return type(model).generate
+
+
 def _expansion(config: GenerationConfig) -> int:
     return max(int(config.num_beams or 1), int(config.num_return_sequences or 1))
 
@@ -303,7 +310,7 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             cache = prompt_cache(model, cond, _expansion(config))
             if cache is not None:
                 kwargs["past_key_values"] = cache
-        return model.generate(**cond, logits_processor=processors, **kwargs)
+        return _class_generate(model)(model, **cond, logits_processor=processors, **kwargs)
 
     enc_dec = bool(model.config.is_encoder_decoder)
     pad_id = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
@@ -321,5 +328,5 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
         cache = paired_prompt_cache(model, joint, _expansion(config))
         if cache is not None:
             model_kwargs["past_key_values"] = cache
-    output = model.generate(**joint, generation_config=config, logits_processor=[proc], **model_kwargs)
+    output = _class_generate(model)(model, **joint, generation_config=config, logits_processor=[proc], **model_kwargs)
     return proc.conditional(output)

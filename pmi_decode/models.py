@@ -13,7 +13,6 @@ installed with ``--no-deps`` and importing it fails without its declared depende
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import logging
@@ -31,6 +30,7 @@ __all__ = [
     "EMBEDDED_MODELS",
     "ModelNotAvailableError",
     "cache_dir",
+    "check_loadable",
     "fail_fast_if_offline",
     "load_model_and_tokenizer",
     "resolve_model",
@@ -126,21 +126,12 @@ def _is_complete(folder: Path) -> bool:
     return (folder / _COMPLETE).is_file() and (folder / "config.json").is_file()
 
 
-@contextlib.contextmanager
 def _file_lock(path: Path):
-    """An exclusive lock between processes where the platform has ``fcntl`` (the atomic rename
-    below keeps the cache correct without it; the lock only saves doing the work twice)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        yield
-        return
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    """An exclusive lock between processes (filelock: fcntl on POSIX, msvcrt on Windows); the
+    atomic rename below keeps the cache correct without it, the lock only saves doing the work twice."""
+    from filelock import FileLock
+
+    return FileLock(str(path))
 
 
 def _assemble(parts: list[Path], out: Path, sha256: str | None) -> Path:
@@ -246,42 +237,37 @@ def ensure_embedded(name: str = "embedded") -> Path:
     return final
 
 
-def _hub_offline_env() -> bool:
-    """True when the user told the Hugging Face libraries to stay offline."""
-    truthy = {"1", "on", "yes", "true"}
-    return any(os.environ.get(k, "").strip().lower() in truthy for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+#: Seconds a hub id may take to answer before it counts as unreachable.
+HUB_TIMEOUT = 3.0
 
 
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    """One TCP connection to the hub's endpoint, given ``timeout`` seconds in all (name lookup
-    included, which a socket timeout does not bound, hence the thread)."""
-    import socket
+def _hub_check(repo_id: str, timeout: float = HUB_TIMEOUT):
+    """Ask the hub, through huggingface_hub, for the model's config.json metadata (one HEAD request,
+    no retries): ``None`` when it answered, otherwise the exception. Run in a thread given
+    ``timeout`` seconds in all, because a name lookup is not bounded by the request's timeout."""
     import threading
-    from urllib.parse import urlparse
 
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
-    result = []
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
-    def probe():
+    outcome = []
+
+    def ask():
         try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            result.append(True)
-        except OSError:
-            result.append(False)
+            get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=timeout)
+            outcome.append(None)
+        except Exception as err:  # sorted out by the caller
+            outcome.append(err)
 
-    thread = threading.Thread(target=probe, daemon=True)
+    thread = threading.Thread(target=ask, daemon=True)
     thread.start()
-    thread.join(timeout)
-    return bool(result and result[0])
+    thread.join(timeout + 0.5)
+    return outcome[0] if outcome else TimeoutError(f"no answer within {timeout:g} s")
 
 
 def _cached_snapshot(repo_id: str) -> str | None:
     """The local snapshot folder of ``repo_id`` when the Hugging Face cache holds its config."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
+    from huggingface_hub import try_to_load_from_cache
+
     try:
         found = try_to_load_from_cache(repo_id, "config.json")
     except Exception:  # an id the hub library rejects is left to from_pretrained's own message
@@ -290,19 +276,31 @@ def _cached_snapshot(repo_id: str) -> str | None:
 
 
 def fail_fast_if_offline(name: str) -> str:
-    """For a hub id: the id itself when the hub can be reached, the cached snapshot folder when it
-    cannot but the cache holds the model, and otherwise a :class:`ModelNotAvailableError` at once
-    (instead of transformers' retries). Offline is ``HF_HUB_OFFLINE=1`` / ``TRANSFORMERS_OFFLINE=1``
-    or a failed connection to the hub within a few seconds. Local paths pass through unchanged."""
+    """For a hub id: the id itself when the hub answers for it, the cached snapshot folder when it
+    cannot be asked but the cache holds the model, and otherwise a :class:`ModelNotAvailableError`
+    at once (instead of transformers' retries). Offline is huggingface_hub's offline mode
+    (``HF_HUB_OFFLINE=1`` / ``TRANSFORMERS_OFFLINE=1``) or no answer within a few seconds; a model
+    the hub does not have (or gates) is named as such. Local paths pass through unchanged."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import EntryNotFoundError, GatedRepoError, RepositoryNotFoundError
+
     name = os.fspath(name)
     if os.path.exists(name) or name in EMBEDDED_MODELS:
         return name
     if os.path.isabs(name) or name.startswith(("./", "../", "~")) or name.count("/") > 1:
         raise ModelNotAvailableError(f"model {name!r} is not a local folder (there is no such folder) and not a hub id "
                                      "(those read ORG/NAME)")
-    offline = _hub_offline_env()
-    if not offline and _hub_reachable():
-        return name
+    offline = constants.is_offline_mode()
+    if not offline:
+        problem = _hub_check(name)
+        if problem is None or isinstance(problem, EntryNotFoundError):
+            return name  # the hub has it (a repository without config.json is from_pretrained's to judge)
+        if isinstance(problem, GatedRepoError):
+            raise ModelNotAvailableError(f"model {name!r} is gated on the Hugging Face hub: accept its terms on its "
+                                         "page and log in (hf auth login)") from None
+        if isinstance(problem, RepositoryNotFoundError):
+            raise ModelNotAvailableError(f"the Hugging Face hub has no model {name!r} (or it is private: log in with "
+                                         "hf auth login)") from None
     cached = _cached_snapshot(name)
     if cached is not None:
         return cached
@@ -312,6 +310,39 @@ def fail_fast_if_offline(name: str) -> str:
         "Use 'embedded' or 'embedded-gemma', pass a local folder, or download it on a connected machine "
         f"(hf download {name} --local-dir DIR) and pass DIR."
     )
+
+
+def check_loadable(name: str | os.PathLike | None) -> str:
+    """Check, without loading any weights, that :func:`load_model_and_tokenizer` can load ``name``:
+    an embedded model's package is installed (or it is already converted), a local folder holds a
+    readable config, a hub id is reachable or cached. Returns what ``from_pretrained`` would be
+    given; raises :class:`ModelNotAvailableError` naming the model and the fix. Runs that need
+    several models call it for each before any work starts."""
+    if name is None:
+        name = "embedded"
+    name = os.fspath(name)
+    if name in EMBEDDED_MODELS:
+        spec = EMBEDDED_MODELS[name]
+        folder = cache_dir() / _cache_key(spec)  # raises with the pip command when the package is missing
+        if not _is_complete(folder):
+            locate_parts(spec)
+            try:
+                import gguf  # noqa: F401
+            except ImportError:
+                raise ModelNotAvailableError(f"converting the embedded model {name!r} needs the gguf package: "
+                                             "pip install 'gguf>=0.10'") from None
+        return str(folder)
+    if os.path.exists(name) and not os.path.isdir(name):
+        raise ModelNotAvailableError(f"model {name!r} is a file, not a folder: pass the folder holding config.json")
+    path = fail_fast_if_offline(name)
+    if os.path.isdir(path):
+        from transformers import AutoConfig
+
+        try:
+            AutoConfig.from_pretrained(path)
+        except (OSError, ValueError) as err:
+            raise ModelNotAvailableError(f"cannot load model {name!r}: the folder has no usable config.json ({err})") from err
+    return path
 
 
 def resolve_model(name: str | os.PathLike | None = "embedded") -> str:

@@ -325,6 +325,29 @@ def read_jsonl(path) -> list[dict]:
     return records
 
 
+def read_records(source, split: str | None = None) -> list[dict]:
+    """Records to score from a JSONL file (``read_jsonl``), a folder written by ``save_to_disk`` or a
+    hub data set id with ``split``; each row validated as a line is."""
+    if Path(source).is_file():
+        if split is not None:
+            raise ValueError(f"{source}: --split is for a saved DatasetDict or a hub data set, not a JSONL file")
+        return read_jsonl(source)
+    from .data.hf_datasets import load_rows
+
+    rows, where = load_rows(source, split)
+    for i, row in enumerate(rows):
+        _check_record(row, f"{where}, row {i}")
+    return rows
+
+
+def _default_output(args) -> Path:
+    if args.output:
+        return Path(args.output)
+    if not Path(args.input).exists():
+        raise ValueError(f"--input {args.input} is a hub data set: give --output")
+    return Path(args.input).with_suffix(".scored.jsonl")
+
+
 def write_jsonl(records, path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -413,7 +436,10 @@ def add_score_arguments(parser) -> None:
         return plain_help()
 
     parser.format_help = format_help
-    parser.add_argument("--input", required=True, help="JSONL written by `pmi-decode generate`")
+    parser.add_argument("--input", required=True,
+                        help="JSONL written by `pmi-decode generate`, a folder written by datasets' save_to_disk, "
+                        "or a hub data set id (with --split)")
+    parser.add_argument("--split", default=None, help="the split of a hub data set or of a saved DatasetDict")
     parser.add_argument("--output", help="where to write the scored JSONL (default: <input>.scored.jsonl)")
     parser.add_argument(
         "--metrics",
@@ -444,6 +470,31 @@ def _check_metric_names(metrics: Sequence[str]) -> None:
         get_metric(name)  # fail before loading any model
 
 
+def check_models(args, metrics: Sequence[str]) -> None:
+    """Before any scoring: the PMI-Faith scorer model (for the metrics that use it) and the grammar
+    backend (for ``grammar``) must be loadable, so a missing one is named at once and not after
+    the other metrics have run. The grammar checker built here is the one scoring reuses."""
+    from .models import ModelNotAvailableError, check_loadable
+
+    problems = []
+    if {"pmi_faith", "pmi_faith_words", "faith_score"} & set(metrics):
+        try:
+            check_loadable(args.scorer_model)
+        except ModelNotAvailableError as err:
+            problems.append(f"--scorer-model {args.scorer_model!r}: {err}")
+    if "grammar" in metrics:
+        from .metrics.grammar import DEFAULT_BACKEND, _cached_checker
+
+        backend = getattr(args, "grammar_backend", None) or DEFAULT_BACKEND
+        try:
+            _cached_checker(backend, {})
+        except Exception as err:  # each backend names its own missing piece
+            problems.append(f"--grammar-backend {backend!r}: {type(err).__name__}: {err}")
+    if problems:
+        raise ModelNotAvailableError("scoring needs models that cannot be loaded, so nothing was scored:\n  - "
+                                     + "\n  - ".join(problems))
+
+
 def run_score(args) -> Path:
     """Run ``pmi-decode score``; returns the output path."""
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
@@ -452,11 +503,12 @@ def run_score(args) -> Path:
     _check_metric_names(metrics)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
-    output = Path(args.output) if args.output else Path(args.input).with_suffix(".scored.jsonl")
+    output = _default_output(args)
     from .decode_file import check_output_path
 
     check_output_path(output, "--output")
-    records = read_jsonl(args.input)
+    records = read_records(args.input, getattr(args, "split", None))
+    check_models(args, metrics)
     if "pmi_faith" in metrics:
         generators = {str((r.get("settings") or {}).get("model")) for r in records if isinstance(r.get("settings"), dict)}
         if str(args.scorer_model) in generators:
@@ -512,7 +564,7 @@ def _run_score_sharded(args, records, metrics, processes) -> Path:
     ids = [r.get("id") for r in records]
     if any(i is None for i in ids) or len({str(i) for i in ids}) != len(ids):
         raise ValueError("scoring over several processes needs a unique 'id' in every record")
-    output = Path(args.output) if args.output else Path(args.input).with_suffix(".scored.jsonl")
+    output = _default_output(args)
     options = _score_options(args, args.device or processes.device)
     fingerprint = json.dumps([metrics, {k: v for k, v in options.items() if k != "device"}], sort_keys=True)
     tag = hashlib.sha256(fingerprint.encode()).hexdigest()[:10]

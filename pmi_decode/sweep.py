@@ -50,6 +50,8 @@ __all__ = [
     "plot_heatmaps",
     "plot_frontier",
     "run_sweep",
+    "add_sweep_arguments",
+    "run_sweep_command",
 ]
 
 #: Decoding methods a sweep knows: ``generate`` arguments besides ``num_beams``.
@@ -96,8 +98,11 @@ class SweepConfig:
     """What a sweep decodes, with what, and how it is scored (read from YAML by
     :func:`load_sweep_config`; unknown keys are an error so a typo is never ignored)."""
 
-    dataset: str
-    split: str
+    dataset: str | None = None
+    split: str | None = None
+    #: instead of dataset: what `pmi-decode generate --input` takes (a JSONL file, a folder written
+    #: by save_to_disk, a hub data set id); split then picks a hub split or one of a DatasetDict
+    input: str | None = None
     data_dir: str | None = None
     loader_options: dict = field(default_factory=dict)
     num_turns: int | None = 100
@@ -130,6 +135,13 @@ class SweepConfig:
     config_path: str | None = None
 
     def __post_init__(self):
+        if (self.dataset is None) == (self.input is None):
+            raise ValueError("give either dataset (a named data set, with split) or input (a JSONL file, a saved "
+                             "Dataset folder or a hub data set id), not both" if self.input is not None else
+                             "give the dialogues to decode: dataset (a named data set, with split) or input (a "
+                             "JSONL file, a saved Dataset folder or a hub data set id)")
+        if self.dataset is not None and self.split is None:
+            raise ValueError(f"the setting 'split' is required with dataset {self.dataset!r}")
         if not isinstance(self.decode_options, dict) or set(self.decode_options) - set(DECODE_OPTIONS):
             raise ValueError(f"decode_options must be a mapping with keys from {sorted(DECODE_OPTIONS)}, "
                              f"got {self.decode_options!r}")
@@ -166,6 +178,13 @@ class SweepConfig:
             self.pmi_bounds = [float(b) for b in self.pmi_bounds]
 
     @property
+    def source(self) -> str:
+        """The dialogues, as the report names them."""
+        if self.input is not None:
+            return self.input + (f" [{self.split}]" if self.split else "")
+        return f"{self.dataset} {self.split}"
+
+    @property
     def cells(self) -> list[Cell]:
         return grid(self.methods, self.alphas, self.ps)
 
@@ -174,6 +193,8 @@ class SweepConfig:
         keys = ("dataset", "split", "num_turns", "generator", "chat_template", "num_beams", "max_new_tokens",
                 "max_length", "max_history_turns", "seed")
         settings = {"method": method, **{k: getattr(self, k) for k in keys}}
+        if self.input is not None:  # only when set, so cells of named data sets stay valid
+            settings["input"] = self.input
         if self.decode_options:  # only when set, so cells decoded before the option existed stay valid
             settings["decode_options"] = dict(sorted(self.decode_options.items()))
         return settings
@@ -184,35 +205,45 @@ class SweepConfig:
                 "pmi_statistic": self.pmi_statistic, "grammar_backend": self.grammar_backend}
 
 
-def load_sweep_config(path, **overrides) -> SweepConfig:
-    """Read a sweep YAML; ``overrides`` (e.g. from the command line) win over the file.
-    Relative ``data_dir`` and ``output_dir`` are resolved against the current directory."""
+def load_sweep_config(path=None, **overrides) -> SweepConfig:
+    """Read a sweep YAML (``None``: no file, the defaults); ``overrides`` (e.g. from the command
+    line) win over the file. ``input`` replaces the file's ``dataset`` (and the reverse), so one's
+    own dialogues can be swept with a shipped config. Relative ``data_dir`` and ``output_dir`` are
+    resolved against the current directory."""
     import yaml
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"sweep config not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "?"
-        raise ValueError(f"{path}: {where}: not valid YAML ({err})") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"{path}: expected a mapping of settings, got {type(raw).__name__}")
-    raw.update({k: v for k, v in overrides.items() if v is not None})
+    raw = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"sweep config not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f"line {mark.line + 1}" if mark is not None else "?"
+            raise ValueError(f"{path}: {where}: not valid YAML ({err})") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: expected a mapping of settings, got {type(raw).__name__}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "input" in given:
+        for key in ("dataset", "data_dir", "loader_options"):
+            raw.pop(key, None)
+        if "split" not in given:
+            raw.pop("split", None)
+    elif "dataset" in given:
+        raw.pop("input", None)
+    raw.update(given)
+    label = path if path is not None else "sweep"
     known = {f.name for f in fields(SweepConfig)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ValueError(f"{path}: unknown setting(s) {unknown}; known settings: {sorted(known)}")
-    for required in ("dataset", "split"):
-        if required not in raw:
-            raise ValueError(f"{path}: the setting {required!r} is required")
-    raw["config_path"] = str(path)
+        raise ValueError(f"{label}: unknown setting(s) {unknown}; known settings: {sorted(known)}")
+    raw["config_path"] = str(path) if path is not None else None
     try:
         return SweepConfig(**raw)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise ValueError(f"{label}: {err}") from None
 
 
 def grid(methods: Sequence[str], alphas: Sequence[float], ps: Sequence[float]) -> list[Cell]:
@@ -699,13 +730,48 @@ def plot_frontier(summaries: Sequence[dict], out_dir, *, method: str | None = No
 
 # ---------------------------------------------------------------------------- the whole sweep
 def load_split(config: SweepConfig) -> list:
-    from .data import load_dialogues
+    """The dialogues the sweep decodes: the named data set's split, or the records of ``input``
+    (read and validated as ``pmi-decode generate`` reads them), ``num_turns`` of them."""
+    if config.input is not None:
+        from .decode_file import read_dialogues
 
-    records = load_dialogues(config.dataset, config.split, config.data_dir, **(config.loader_options or {}))
+        records = read_dialogues(config.input, config.split)
+    else:
+        from .data import load_dialogues
+
+        records = load_dialogues(config.dataset, config.split, config.data_dir, **(config.loader_options or {}))
     chosen = select_records(records, config.num_turns)
     if not chosen:
-        raise ValueError(f"{config.dataset}/{config.split} has no usable turns under {config.data_dir}")
+        raise ValueError(f"{config.source} has no usable turns" + (f" under {config.data_dir}" if config.data_dir else ""))
     return chosen
+
+
+def check_models(config: SweepConfig, *, generator: bool, scorer: bool, grammar: bool):
+    """Before anything is decoded: check that every model the remaining stages need can be loaded
+    (``generator``: cells are still to decode; ``scorer`` and ``grammar``: cells are still to score
+    with the config's PMI-Faith scorer and grammar backend) and say in one message what is missing
+    and how to get it. Returns the grammar checker it built (``None`` unless ``grammar``)."""
+    from .models import ModelNotAvailableError, check_loadable
+
+    problems, checker = [], None
+    roles = ([("generator", config.generator)] if generator else []) + (
+        [("scorer_model", config.scorer_model)] if scorer and config.scorer_model else [])
+    for role, name in roles:
+        try:
+            check_loadable(name)
+        except ModelNotAvailableError as err:
+            problems.append(f"{role} {name!r}: {err}")
+    if grammar:
+        try:
+            checker = make_grammar_checker(config)
+        except Exception as err:  # each backend reports its own missing piece
+            problems.append(f"grammar_backend {config.grammar_backend!r}: {type(err).__name__}: {err}")
+    if problems:
+        raise ModelNotAvailableError(
+            "the sweep needs models that cannot be loaded, so nothing was decoded:\n  - " + "\n  - ".join(problems)
+            + "\nInstall them, or change these settings (in the config or on the command line, e.g. "
+            "--scorer-model embedded)")
+    return checker
 
 
 def _describe(cell: dict) -> str:
@@ -730,7 +796,7 @@ def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
         s["method_key"] = rs.meta["method_key"]
         s["method"] = rs.meta["method_key"]
     out = Path(config.output_dir)
-    parts = [f"# Alpha/p sweep: {config.dataset} {config.split}, {len(sets[0].responses)} turns\n",
+    parts = [f"# Alpha/p sweep: {config.source}, {len(sets[0].responses)} turns\n",
              f"Generator: {config.generator}; PMI-F scorer: {config.scorer_model}; grammar: {config.grammar_backend}.\n"]
     best = {}
     for method in config.methods:
@@ -802,9 +868,16 @@ def run_sweep(config: SweepConfig, *, stages: Sequence[str] = ("generate", "scor
     # the fixed grid), so each cell file is what one process would write; the main one reports.
     processes = processes or process_group()
     mine = shard_units(config.cells, processes.index, processes.count)
+    pending = [c for c in mine if not _generation_done(
+        cell_paths(config.output_dir, c)["generations"], config.generation_settings(c.method))] \
+        if "generate" in stages else []
+    unscored = [c for c in mine if not _score_done(cell_paths(config.output_dir, c)["scores"],
+                                                   config.scoring_settings(), config.generation_settings(c.method))]
+    scoring = "score" in stages and bool(unscored)
+    grammar_checker = check_models(config, generator=bool(pending) and generator is None,
+                                   scorer=scoring and pmi_scorer is None,
+                                   grammar=scoring and grammar_checker is None) or grammar_checker
     if "generate" in stages:
-        pending = [c for c in mine if not _generation_done(
-            cell_paths(config.output_dir, c)["generations"], config.generation_settings(c.method))]
         if pending:
             records = records if records is not None else load_split(config)
             if generator is None:
@@ -824,3 +897,58 @@ def run_sweep(config: SweepConfig, *, stages: Sequence[str] = ("generate", "scor
     if "report" in stages and processes.is_main:
         return write_report(config)
     return None
+
+
+# ---------------------------------------------------------------------------- command line
+def _number_list(text: str) -> list:
+    """--alphas / --ps: comma-separated numbers (alphas may also be adaptive[:MAX[:EXP]])."""
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        try:
+            out.append(float(part))
+        except ValueError:
+            out.append(part)  # an adaptive alpha spec; SweepConfig checks it
+    return out
+
+
+def add_sweep_arguments(parser) -> None:
+    """Arguments of ``pmi-decode sweep`` and ``eval/sweep.py`` (the same command)."""
+    parser.add_argument("--config", help="sweep YAML (see configs/sweep_*.yaml); optional with --input")
+    parser.add_argument("--input", help="dialogues to sweep instead of the config's data set: a JSONL file, a "
+                        "folder written by datasets' save_to_disk, or a hub data set id (with --split), as "
+                        "`pmi-decode generate --input` takes")
+    parser.add_argument("--split", help="the split of a hub data set or of a saved DatasetDict")
+    parser.add_argument("--output-dir", help="override output_dir (default runs/sweep)")
+    parser.add_argument("--data-dir", help="override data_dir")
+    parser.add_argument("--num-turns", type=int, help="override num_turns")
+    parser.add_argument("--generator", help="override generator (embedded, a hub id or a folder)")
+    parser.add_argument("--scorer-model", help="override scorer_model (the PMI-Faith scorer)")
+    parser.add_argument("--grammar-backend", help="override grammar_backend (quire, harper, languagetool)")
+    parser.add_argument("--methods", help="override methods, comma-separated (beam_search,beam_sampling,...)")
+    parser.add_argument("--alphas", help="override alphas, comma-separated (e.g. 0,0.25,0.5,1)")
+    parser.add_argument("--ps", help="override ps, comma-separated (e.g. 0.6,0.9,1)")
+    parser.add_argument("--stages", default="generate,score,report",
+                        help="comma-separated subset of generate,score,report (default: all)")
+    parser.add_argument("--quiet", action="store_true", help="print errors and the final table only")
+
+
+def run_sweep_command(args) -> int:
+    """Run ``pmi-decode sweep`` / ``eval/sweep.py``: load the config (or the defaults, with
+    --input), apply the overrides, run the stages, print the table and the best cells."""
+    if args.config is None and args.input is None:
+        raise ValueError("give --config (a sweep YAML), --input (your own dialogues), or both")
+    overrides = {"output_dir": args.output_dir, "data_dir": args.data_dir, "num_turns": args.num_turns,
+                 "generator": args.generator, "scorer_model": args.scorer_model, "input": args.input,
+                 "grammar_backend": args.grammar_backend,
+                 "split": args.split,
+                 "methods": args.methods.split(",") if args.methods else None,
+                 "alphas": _number_list(args.alphas) if args.alphas else None,
+                 "ps": _number_list(args.ps) if args.ps else None}
+    config = load_sweep_config(args.config, **overrides)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    result = run_sweep(config, stages=stages, progress=not getattr(args, "quiet", False))
+    if result is not None:
+        print(result["table"])
+        print(f"best cells: {json.dumps(result['best'])}")
+        print("files:\n  " + "\n  ".join(result["files"]))
+    return 0

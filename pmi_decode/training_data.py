@@ -125,32 +125,89 @@ def _uses_chat(tokenizer, is_encoder_decoder: bool, spec: InputSpec) -> bool:
     return bool(spec.chat_template) and not is_encoder_decoder
 
 
-class DialogueDataset(torch.utils.data.Dataset):
-    """Features of a list of records (objects or dicts with document, history, response).
+#: Bump when what :func:`build_examples` writes changes, so older cache files are not reused.
+EXAMPLES_VERSION = 1
 
-    A record whose last history turn alone exceeds ``max_source_length`` cannot be encoded
-    without cutting that turn; it is left out and its id kept in ``too_long``."""
 
-    def __init__(self, records, tokenizer, *, is_encoder_decoder: bool, spec: InputSpec):
-        self.features, self.too_long = [], []
-        for r in records:
-            try:
-                self.features.append(build_features(tokenizer, r["document"], r["history"], r["response"],
-                                                    is_encoder_decoder=is_encoder_decoder, spec=spec))
-            except ValueError as err:
-                if "does not fit in max_length" not in str(err):
-                    raise
-                self.too_long.append(r["id"] if "id" in r.keys() else len(self.features))
-        if self.too_long:
-            logger.warning("left out %d records whose last turn alone exceeds max_source_length=%s",
-                           len(self.too_long), spec.max_source_length)
-        self.num_truncated = sum(f.pop("truncated") for f in self.features)
+def _encode_batch(batch, *, tokenizer, is_encoder_decoder: bool, spec: InputSpec) -> dict:
+    """``datasets.map`` function: the features of a batch of rows; a row whose last turn alone
+    exceeds ``max_source_length`` gets empty features and ``too_long``."""
+    out = {"input_ids": [], "labels": [], "truncated": [], "too_long": []}
+    for document, history, response in zip(batch["document"], batch["history"], batch["response"]):
+        try:
+            row = build_features(tokenizer, document, history, response, is_encoder_decoder=is_encoder_decoder,
+                                 spec=spec)
+        except ValueError as err:
+            if "does not fit in max_length" not in str(err):
+                raise
+            row = {"input_ids": [], "labels": [], "truncated": False, "too_long": True}
+        out["input_ids"].append(row["input_ids"])
+        out["labels"].append(row["labels"])
+        out["truncated"].append(bool(row["truncated"]))
+        out["too_long"].append(bool(row.get("too_long", False)))
+    return out
+
+
+def _tokenizer_state(tokenizer) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    vocab = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
+    return json.dumps([vocab, str(tokenizer.special_tokens_map), getattr(tokenizer, "chat_template", None)],
+                      default=str)
+
+
+def _examples_key(source, tokenizer, is_encoder_decoder: bool, spec: InputSpec) -> str:
+    """What the examples depend on: the rows, the tokenizer, the layout, the model kind."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    digest.update(json.dumps([EXAMPLES_VERSION, bool(is_encoder_decoder), spec.to_dict()], default=str).encode())
+    digest.update(_tokenizer_state(tokenizer).encode())
+    for row in source:
+        digest.update(json.dumps([row["document"], row["history"], row["response"]]).encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass
+class Examples:
+    """Training examples: ``dataset`` (a ``datasets.Dataset`` with ``input_ids`` and ``labels``),
+    the ids of the records left out because their last turn alone exceeds ``max_source_length``,
+    and how many prompts were cut."""
+
+    dataset: object
+    too_long: list
+    num_truncated: int
 
     def __len__(self) -> int:
-        return len(self.features)
+        return len(self.dataset)
 
-    def __getitem__(self, i: int) -> dict:
-        return self.features[i]
+
+def build_examples(records, tokenizer, *, is_encoder_decoder: bool, spec: InputSpec, num_proc: int | None = None,
+                   cache_dir=None) -> Examples:
+    """The features of ``records`` (dialogue records or dicts with id, document, history, response)
+    built with ``datasets.map`` over ``num_proc`` processes. With ``cache_dir``, the mapped examples
+    are written there under a name fixed by the rows, the tokenizer and the layout, and a later
+    run with the same inputs reads them back instead of encoding again."""
+    from .data.hf_datasets import to_dataset
+
+    missing = [str(r["id"]) for r in records if not isinstance(r["response"], str)]
+    if missing:
+        raise ValueError(f"records without a response cannot be trained on: {missing[:5]}")
+    source = to_dataset(records)
+    options = {}
+    if cache_dir is not None:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        key = _examples_key(source, tokenizer, is_encoder_decoder, spec)
+        options = {"cache_file_name": str(Path(cache_dir) / f"examples-{key}.arrow"), "load_from_cache_file": True}
+    mapped = source.map(_encode_batch, batched=True, remove_columns=source.column_names, num_proc=num_proc,
+                        fn_kwargs={"tokenizer": tokenizer, "is_encoder_decoder": is_encoder_decoder, "spec": spec},
+                        desc="encoding examples", **options)
+    flags = mapped["too_long"]
+    too_long = [source[i]["id"] for i, flag in enumerate(flags) if flag]
+    if too_long:
+        logger.warning("left out %d records whose last turn alone exceeds max_source_length=%s",
+                       len(too_long), spec.max_source_length)
+    kept = mapped.select([i for i, flag in enumerate(flags) if not flag]) if too_long else mapped
+    return Examples(kept.remove_columns(["truncated", "too_long"]), too_long, int(sum(mapped["truncated"])))
 
 
 @dataclass

@@ -124,7 +124,8 @@ def test_resume_with_everything_done_does_not_load_the_model(tmp_path, llama_dir
     before = open(out).read()
     # Same settings (the model name is part of them), but the folder is gone: it must not be needed.
     shutil.rmtree(model_dir)
-    assert _gen(str(model_dir), inp, out, "--num-beams", "1") == 0
+    assert main(["generate", "--model", str(model_dir), "--input", inp, "--output", out, "--max-new-tokens", "6",
+                 "--num-beams", "1"]) == 0  # not --quiet: the line below is a status line
     assert open(out).read() == before
     assert "nothing to do" in capsys.readouterr().err
 
@@ -137,7 +138,7 @@ def test_resume_with_other_settings_is_refused(tmp_path, llama_dir, capsys):
     before = out.read_text()
     assert _gen(llama_dir, inp, str(out), "--num-beams", "1", "--alpha", "0.3") == 1
     err = capsys.readouterr().err
-    assert "other settings" in err and f"{out}:1" in err
+    assert "other settings (alpha: 0.5 in the file, 0.3 now)" in err and f"{out}:1" in err
     assert out.read_text() == before
 
 
@@ -167,7 +168,7 @@ def test_malformed_line_names_file_and_line_and_writes_nothing(tmp_path, llama_d
 
 def test_read_dialogues_reports_the_first_bad_line(tmp_path):
     path = tmp_path / "d.jsonl"
-    path.write_text('{"id": 1, "document": "", "history": ["a"]}\n{"id": 2, "document": "", "history": ["a", 5]}\n')
+    path.write_text('{"id": 1, "document": "d", "history": ["a"]}\n{"id": 2, "document": "d", "history": ["a", 5]}\n')
     with pytest.raises(DialogueFileError, match=r"d\.jsonl:2: 'history'\[1\] must be a string"):
         read_dialogues_jsonl(path)
 
@@ -278,6 +279,9 @@ def test_resume_refuses_any_option_that_changes_the_records(tmp_path, llama_dir,
     assert _gen(llama_dir, _write_input(tmp_path / "in.jsonl", _records(3)), str(out), "--num-beams", "1", *extra) == 1
     err = capsys.readouterr().err
     assert "other settings" in err and "Traceback" not in err
+    named = {"--compare": "compare", "--max-history-turns": "max_history_turns", "--max-input-length":
+             "max_input_length", "--chat-template": "chat_template", "--batch-size": "batch_size", "--dtype": "dtype"}
+    assert f"({named[extra[0]]}: " in err and err.count(" in the file, ") == 1  # only the differing key
     assert out.read_text() == before
 
 
@@ -341,11 +345,113 @@ def test_a_hub_id_fails_at_once_when_the_hub_cannot_be_reached(tmp_path, monkeyp
 
     from pmi_decode.models import ModelNotAvailableError, fail_fast_if_offline
 
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there: refused at once
+    from huggingface_hub import constants
+
+    # huggingface_hub reads HF_HUB_OFFLINE and HF_ENDPOINT once, at import: set what it read
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",  # nothing listens there: refused at once
+                        "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}")
     start = time.monotonic()
     with pytest.raises(ModelNotAvailableError, match="the Hugging Face hub cannot be reached"):
         fail_fast_if_offline("some-org/not-a-cached-model")
     assert time.monotonic() - start < 5
     assert fail_fast_if_offline(str(tmp_path)) == str(tmp_path)  # local folders never look at the network
+
+
+# ---------------------------------------------------------------------------- inputs, order, quiet
+def test_output_follows_the_input_order_even_when_resumed(tmp_path, llama_dir):
+    """decode_records goes by prompt length; the file must read in input order (shortest first here)."""
+    records = sorted(_records(6), key=lambda r: len(r["document"]) + sum(map(len, r["history"])))
+    inp = _write_input(tmp_path / "in.jsonl", records)
+    out = tmp_path / "out.jsonl"
+    assert _gen(llama_dir, _write_input(tmp_path / "part.jsonl", records[3:]), str(out), "--num-beams", "1",
+                "--batch-size", "2") == 0
+    assert _gen(llama_dir, inp, str(out), "--num-beams", "1", "--batch-size", "2") == 0
+    assert [r["id"] for r in _read(out)] == [r["id"] for r in records]
+    from pmi_decode.decode_file import decode_records
+
+    model, tok = load_model_and_tokenizer(llama_dir, device="cpu")
+    by_length = [o["id"] for o in decode_records(records, model, tok, num_beams=1, max_new_tokens=2, batch_size=2,
+                                                 progress=False)]
+    assert by_length != [r["id"] for r in records]  # so the order above is the file's doing
+
+
+def test_an_empty_document_is_refused_with_the_line(tmp_path, llama_dir, capsys):
+    records = _records(2)
+    records[1]["document"] = "   "
+    out = tmp_path / "out.jsonl"
+    assert _gen(llama_dir, _write_input(tmp_path / "in.jsonl", records), str(out)) == 1
+    err = capsys.readouterr().err
+    assert "in.jsonl:2: 'document' is empty" in err and "plain decoding" in err
+    assert not out.exists()
+
+
+def test_decode_records_warns_about_empty_documents(llama_dir, caplog):
+    from pmi_decode.decode_file import decode_records
+
+    model, tok = load_model_and_tokenizer(llama_dir, device="cpu")
+    records = _records(2)
+    records[0]["document"] = ""
+    with caplog.at_level("WARNING", logger="pmi_decode.decode_file"):
+        list(decode_records(records, model, tok, num_beams=1, max_new_tokens=2, progress=False))
+    assert "1 of 2 dialogues have an empty document" in caplog.text and "d0" in caplog.text
+
+
+def _dataset(records):
+    from pmi_decode.data.hf_datasets import to_dataset
+
+    return to_dataset(records)
+
+
+def test_generate_reads_a_saved_dataset_and_a_dataset_dict(tmp_path, llama_dir):
+    datasets = pytest.importorskip("datasets")
+    records = _records(3)
+    from_jsonl = tmp_path / "a.jsonl"
+    assert _gen(llama_dir, _write_input(tmp_path / "in.jsonl", records), str(from_jsonl), "--num-beams", "1") == 0
+    _dataset(records).save_to_disk(tmp_path / "ds")
+    from_disk = tmp_path / "b.jsonl"
+    assert _gen(llama_dir, str(tmp_path / "ds"), str(from_disk), "--num-beams", "1") == 0
+    # a Dataset has every column: no meta and no response read back as {} and None
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "meta" and v is not None} for r in rows]  # noqa: E731
+    assert strip(_read(from_disk)) == strip(_read(from_jsonl))
+    assert all(r["meta"] == {} for r in _read(from_disk))
+    datasets.DatasetDict({"test": _dataset(records[:2]), "train": _dataset(records)}).save_to_disk(tmp_path / "dd")
+    assert _gen(llama_dir, str(tmp_path / "dd"), str(tmp_path / "c.jsonl"), "--num-beams", "1") == 1
+    assert _gen(llama_dir, str(tmp_path / "dd"), str(tmp_path / "c.jsonl"), "--num-beams", "1",
+                "--split", "test") == 0
+    assert [r["id"] for r in _read(tmp_path / "c.jsonl")] == ["d0", "d1"]
+
+
+def test_dataset_rows_are_validated_like_lines(tmp_path, capsys):
+    pytest.importorskip("datasets")
+    records = _records(2)
+    records[1]["document"] = ""
+    _dataset(records).save_to_disk(tmp_path / "ds")
+    assert main(["generate", "--input", str(tmp_path / "ds"), "--output", str(tmp_path / "o.jsonl")]) == 1
+    assert f"{tmp_path / 'ds'}, row 1: 'document' is empty" in capsys.readouterr().err
+
+
+def test_an_unknown_hub_data_set_offline_is_a_clear_error(tmp_path, capsys):
+    pytest.importorskip("datasets")
+    assert main(["generate", "--input", "some-org/no-such-data", "--output", str(tmp_path / "o.jsonl")]) == 1
+    assert "needs --split" in capsys.readouterr().err
+    assert main(["generate", "--input", "some-org/no-such-data", "--split", "test",
+                 "--output", str(tmp_path / "o.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert "'some-org/no-such-data' [test] could not be loaded (HF_HUB_OFFLINE is set" in err and "Traceback" not in err
+
+
+def test_quiet_prints_nothing_but_errors(tmp_path, llama_dir, capfd):
+    inp = _write_input(tmp_path / "in.jsonl", _records(2))
+    args = ["generate", "--model", llama_dir, "--input", inp, "--max-new-tokens", "3", "--num-beams", "1"]
+    assert main(args + ["--output", str(tmp_path / "loud.jsonl")]) == 0
+    loud = capfd.readouterr()
+    assert "Loading weights" in loud.err and "wrote 2 dialogues" in loud.err  # what --quiet must hide
+    assert main(args + ["--output", str(tmp_path / "quiet.jsonl"), "--quiet"]) == 0
+    quiet = capfd.readouterr()
+    assert quiet.out == "" and quiet.err == ""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled() and logging.getLogger("pmi_decode").level == logging.NOTSET

@@ -196,3 +196,15 @@ def test_regrade_updates_grammar_only_when_the_grading_changed(tmp_path):
     assert data["grading"]["backend"] == "v1"
     assert not cd.regrade(path, _Counting("v1"), None), "same grading: nothing to do"
     assert cd.regrade(path, _Counting("v2"), None)
+
+
+def test_models_are_checked_before_decoding(tmp_path):
+    from tiny_models import saved_tiny_model
+
+    folder = saved_tiny_model(tmp_path / "gen")
+    config = dict(generator=folder, scorer_model=str(tmp_path / "no-such-scorer"))
+    with pytest.raises(SystemExit, match=r"nothing was decoded:\n  - scorer_model .*no-such-scorer"):
+        cd.check_models(config, ["decode", "score"])
+    cd.check_models(config, ["decode"])  # the scorer is not needed to decode
+    with pytest.raises(SystemExit, match="generator"):
+        cd.check_models(dict(config, generator=str(tmp_path / "nope")), ["decode"])

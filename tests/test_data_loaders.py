@@ -185,3 +185,66 @@ def test_faithdial_hub_rows(monkeypatch):
     records = load_dialogues("faithdial", "valid")
     assert asked == {"name": "McGill-NLP/FaithDial", "split": "validation"}
     assert [r.id for r in records] == ["0_0", "0_1", "1_0"]
+
+
+def _hub_stand_in(tmp_path, monkeypatch):
+    """The hub repository as datasets sees it, on disk: at its main revision a folder holding the
+    loading script (which datasets itself refuses), at refs/convert/parquet the parquet conversion
+    of the fixture rows. Only the revision lookup is simulated; the refusal is datasets' own."""
+    import datasets
+
+    from pmi_decode.data import faithdial
+
+    script_repo = tmp_path / "FaithDial"
+    script_repo.mkdir()
+    (script_repo / "FaithDial.py").write_text("# a loading script, as the hub repository still holds\n")
+    rows = json.loads((FIX / "faithdial" / "rows" / "test.json").read_text())
+    (tmp_path / "parquet" / "default" / "test").mkdir(parents=True)
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "parquet" / "default" / "test" / "0000.parquet"))
+    real, asked = datasets.load_dataset, []
+
+    def hub(name, split, revision=None):
+        asked.append((name, split, revision))
+        if revision == faithdial.PARQUET_REVISION:
+            return real(str(tmp_path / "parquet"), split=split)
+        return real(str(script_repo), split=split)
+
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    return asked, real, script_repo
+
+
+def test_faithdial_hub_falls_back_to_the_parquet_conversion(tmp_path, monkeypatch, caplog):
+    asked, real, script_repo = _hub_stand_in(tmp_path, monkeypatch)
+    with pytest.raises(RuntimeError, match="scripts are no longer supported"):
+        real(str(script_repo), split="test")  # what datasets does with the repository as it is
+    with caplog.at_level("WARNING"):
+        records = load_dialogues("faithdial", "test")
+    assert asked == [("McGill-NLP/FaithDial", "test", None), ("McGill-NLP/FaithDial", "test", "refs/convert/parquet")]
+    assert [r.id for r in records] == ["0_0", "0_1", "1_0"]
+    assert records == load_dialogues("faithdial", "test", FIX / "faithdial" / "rows")
+    assert "refs/convert/parquet" in caplog.text
+
+
+def test_faithdial_hub_fallback_failure_says_both(tmp_path, monkeypatch):
+    asked, _, _ = _hub_stand_in(tmp_path, monkeypatch)
+    with pytest.raises(RuntimeError, match=r"loading script.*parquet conversion.*could not be read.*data_dir"):
+        load_dialogues("faithdial", "train")  # the conversion has no train split
+    assert len(asked) == 2
+
+
+@pytest.mark.parametrize("name,split,data_dir", [("faithdial", "test", FIX / "faithdial" / "rows"),
+                                                 ("multidoc2dial", "train", MD2D),
+                                                 ("topicalchat", "validation", TC),
+                                                 ("consistest", "valid", FIX / "consistest"),
+                                                 ("faithdial_audit", "all", FIX / "faithdial_audit")])
+def test_loaders_return_a_dataset_with_declared_features(name, split, data_dir):
+    datasets = pytest.importorskip("datasets")
+    from pmi_decode.data.hf_datasets import dialogue_features, rows_of
+
+    records = load_dialogues(name, split, data_dir)
+    dataset = load_dialogues(name, split, data_dir, as_dataset=True)
+    assert isinstance(dataset, datasets.Dataset) and dataset.features == dialogue_features()
+    assert dataset.features["history"].feature.dtype == "string" and dataset.features["meta"].dtype == "string"
+    assert len(dataset) == len(records)
+    back = rows_of(dataset)
+    assert [DialogueRecord(**row) for row in back] == records  # meta read back from its JSON string

@@ -239,7 +239,8 @@ def test_accelerate_launch_two_processes_matches_one_process_and_resumes(tmp_pat
     assert main(["generate", *flags, "--output", str(single)]) == 0
 
     out = tmp_path / "two.jsonl"
-    run = _launch(["generate", *flags, "--output", str(out)], 2)
+    loud = [f for f in flags if f != "--quiet"]  # --quiet would hide the summary line checked below
+    run = _launch(["generate", *loud, "--output", str(out)], 2)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "from 2 processes" in run.stderr
     merged = _read(out)
@@ -290,3 +291,12 @@ def test_one_process_finishes_a_killed_multi_process_run(tmp_path, llama_dir):
     assert main([*flags, "--output", str(out)]) == 0
     assert _read(out) == single
     assert not shard_dir(out).exists()
+
+
+def test_settings_difference_names_only_the_differing_keys():
+    from pmi_decode.distributed import settings_difference
+
+    old = {"model": "m", "alpha": 0.25, "seed": 0, "format": {"a": 1}}
+    new = {"model": "m", "alpha": 0.5, "seed": 0, "format": {"a": 2}, "compare": True}
+    assert settings_difference(old, new) == ('alpha: 0.25 in the file, 0.5 now; format: {"a": 1} in the file, '
+                                             '{"a": 2} now; compare: absent in the file, true now')

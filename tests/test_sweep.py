@@ -316,3 +316,90 @@ def test_best_cell_prefers_the_correct_cell_to_a_garbled_copy():
     best = best_cell(summaries)
     assert (best["alpha"], best["p"]) == (0.25, 0.9)
     assert best["answer_match"] == 1.0 and best["wrong_fact_rate"] == 0.0
+
+
+# ---------------------------------------------------------------------------- one's own dialogues
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    from tiny_models import saved_tiny_model
+
+    root = tmp_path_factory.mktemp("sweep-models")
+    return saved_tiny_model(root / "generator"), saved_tiny_model(root / "scorer", "gpt2")
+
+
+def _jsonl(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def test_a_sweep_over_ones_own_jsonl_from_the_command_line(tmp_path, model_dirs, capsys):
+    from pmi_decode.cli import main
+
+    generator, scorer = model_dirs
+    inp = _jsonl(tmp_path / "mine.jsonl", RECORDS)
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--input", inp, "--generator", generator, "--scorer-model", scorer, "--output-dir", str(out),
+                 "--methods", "greedy", "--alphas", "0,1", "--ps", "1", "--grammar-backend", "harper",
+                 "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert f"# Alpha/p sweep: {inp}, 3 turns" in printed
+    rows = [json.loads(line) for line in (out / "generations" / "greedy" / "alpha1_p1.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["r0", "r1", "r2"] and rows[0]["sweep_settings"]["input"] == inp
+    scores = json.loads((out / "scores" / "greedy" / "alpha1_p1.json").read_text())
+    assert scores["scoring_settings"]["scorer_model"] == scorer
+    assert [row["id"] for row in scores["scores"]] == ["r0", "r1", "r2"]
+    assert all(isinstance(row["cpmi_sum"], float) for row in scores["scores"])
+    # the same settings through a shipped config: --input replaces its data set
+    config = load_sweep_config(Path_of("configs/sweep_topicalchat.yaml"), input=inp)
+    assert config.input == inp and config.dataset is None and config.data_dir is None and config.split is None
+
+
+def Path_of(relative):
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1] / relative
+
+
+def test_sweep_input_errors_are_clear(tmp_path):
+    with pytest.raises(ValueError, match="give the dialogues to decode"):
+        SweepConfig()
+    with pytest.raises(ValueError, match="not both"):
+        SweepConfig(dataset="topicalchat", split="x", input="a.jsonl")
+    with pytest.raises(ValueError, match="'split' is required"):
+        SweepConfig(dataset="topicalchat")
+    bad = _jsonl(tmp_path / "bad.jsonl", [dict(RECORDS[0], document="")])
+    from pmi_decode.decode_file import DialogueFileError
+    from pmi_decode.sweep import load_split
+
+    with pytest.raises(DialogueFileError, match="bad.jsonl:1: 'document' is empty"):
+        load_split(SweepConfig(input=bad))
+
+
+@pytest.mark.parametrize("scorer", ["missing-folder", "offline-hub-id", "uninstalled-embedded"])
+def test_a_scorer_that_cannot_load_stops_the_sweep_before_decoding(tmp_path, model_dirs, monkeypatch, scorer):
+    """The shipped configs score with embedded-gemma; without its package the run used to fail only
+    after the whole decoding stage. Now nothing is decoded and the message names the model and the fix."""
+    import dataclasses
+
+    from pmi_decode import models
+    from pmi_decode.models import ModelNotAvailableError
+
+    name = {"missing-folder": str(tmp_path / "no-such-model"), "offline-hub-id": "some-org/not-cached",
+            "uninstalled-embedded": "embedded-gemma"}[scorer]
+    if scorer == "uninstalled-embedded":  # the package it looks for is one no environment has
+        spec = dataclasses.replace(models.EMBEDDED_MODELS["embedded-gemma"], package="pmi-decode-absent-package")
+        monkeypatch.setitem(models.EMBEDDED_MODELS, "embedded-gemma", spec)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    generator, _ = model_dirs
+    config = SweepConfig(input=_jsonl(tmp_path / "in.jsonl", RECORDS), generator=generator, scorer_model=name,
+                         output_dir=str(tmp_path / "out"), methods=["greedy"], alphas=[1], ps=[1],
+                         grammar_backend="harper")
+    with pytest.raises(ModelNotAvailableError, match=r"nothing was decoded:\n  - scorer_model") as caught:
+        run_sweep(config, progress=False)
+    assert repr(name) in str(caught.value)
+    if scorer == "uninstalled-embedded":
+        assert "pip install" in str(caught.value)
+    assert not (tmp_path / "out").exists()
+    # with the generation stage alone the scorer is not needed, and the cells are decoded
+    run_sweep(config, stages=["generate"], progress=False)
+    assert (tmp_path / "out" / "generations" / "greedy" / "alpha1_p1.jsonl").is_file()

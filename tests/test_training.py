@@ -14,9 +14,9 @@ from pmi_decode.training_data import (
     IGNORE_INDEX,
     SPECIAL_TOKENS,
     DialogueCollator,
-    DialogueDataset,
     InputSpec,
     add_special_tokens,
+    build_examples,
     build_features,
     holdout_split,
     load_input_spec,
@@ -95,8 +95,34 @@ def test_dataset_leaves_out_records_whose_last_turn_does_not_fit():
     tok = _tok("llama")
     records = [{"id": "ok", "document": "d", "history": ["hi"], "response": "yes"},
                {"id": "long", "document": "d", "history": ["word " * 80], "response": "yes"}]
-    data = DialogueDataset(records, tok, is_encoder_decoder=False, spec=InputSpec(max_source_length=40))
+    data = build_examples(records, tok, is_encoder_decoder=False, spec=InputSpec(max_source_length=40))
     assert len(data) == 1 and data.too_long == ["long"]
+    assert data.dataset.column_names == ["input_ids", "labels"]
+
+
+@pytest.mark.parametrize("kind,enc_dec", [("bart", True), ("llama", False)])
+def test_examples_are_built_with_datasets_map_cached_and_in_parallel(kind, enc_dec, tmp_path):
+    """datasets.map gives the features build_features gives, alike over two processes, and a
+    second build with the same inputs reads the cache file instead of encoding again."""
+    tok, spec = _tok(kind), InputSpec(max_source_length=48)
+    records = [{"id": f"r{i}", "document": d * (1 + i % 3), "history": h, "response": f"answer {i}"}
+               for i, (d, h) in enumerate(DIALOGUES * 3)]
+    expected = [build_features(tok, r["document"], r["history"], r["response"], is_encoder_decoder=enc_dec, spec=spec)
+                for r in records]
+    built = build_examples(records, tok, is_encoder_decoder=enc_dec, spec=spec, cache_dir=tmp_path)
+    rows = [dict(row) for row in built.dataset]
+    assert rows == [{"input_ids": e["input_ids"], "labels": e["labels"]} for e in expected]
+    assert built.num_truncated == sum(e["truncated"] for e in expected) > 0
+    two = build_examples(records, tok, is_encoder_decoder=enc_dec, spec=spec, num_proc=2)
+    assert [dict(row) for row in two.dataset] == rows
+    cached = sorted(tmp_path.glob("examples-*.arrow"))
+    assert len(cached) == 1
+    stamp = cached[0].stat().st_mtime_ns
+    again = build_examples(records, tok, is_encoder_decoder=enc_dec, spec=spec, cache_dir=tmp_path)
+    assert [dict(row) for row in again.dataset] == rows and cached[0].stat().st_mtime_ns == stamp
+    other = build_examples(records, tok, is_encoder_decoder=enc_dec, spec=InputSpec(max_source_length=40),
+                           cache_dir=tmp_path)
+    assert len(sorted(tmp_path.glob("examples-*.arrow"))) == 2 and [dict(r) for r in other.dataset] != rows
 
 
 def test_collator_pads_labels_with_ignore_index():

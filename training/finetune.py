@@ -33,9 +33,9 @@ from pmi_decode.training_data import (  # noqa: E402
     SPECIAL_TOKEN_FORMAT,
     SPECIAL_TOKENS,
     DialogueCollator,
-    DialogueDataset,
     InputSpec,
     add_special_tokens,
+    build_examples,
     holdout_split,
     save_input_spec,
 )
@@ -80,6 +80,8 @@ DEFAULTS = {
     "resume_from_checkpoint": None,
     "lora": None,               # {r, alpha, dropout, target_modules, merge}
     "training_args": {},        # any other TrainingArguments
+    "num_proc": None,           # processes that encode the examples (datasets.map)
+    "examples_cache": None,     # where encoded examples are kept (default: <output_dir>/examples_cache)
 }
 
 
@@ -178,10 +180,13 @@ def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, ev
         eval_records = load_split(config, "eval")
     if not train_records:
         raise ValueError("no training records: check dataset, data_dir and the split settings")
-    train_set = DialogueDataset(train_records, tokenizer, is_encoder_decoder=enc_dec, spec=spec)
-    eval_set = DialogueDataset(eval_records, tokenizer, is_encoder_decoder=enc_dec, spec=spec) if eval_records else None
-    logger.info("train %d examples (%d truncated), eval %d", len(train_set), train_set.num_truncated,
-                len(eval_set) if eval_set else 0)
+    encode = dict(is_encoder_decoder=enc_dec, spec=spec, num_proc=config.get("num_proc"),
+                  cache_dir=config.get("examples_cache") or Path(config["output_dir"]) / "examples_cache")
+    train = build_examples(train_records, tokenizer, **encode)
+    evals = build_examples(eval_records, tokenizer, **encode) if eval_records else None
+    train_set, eval_set = train.dataset, evals.dataset if evals is not None else None
+    logger.info("train %d examples (%d truncated), eval %d", len(train_set), train.num_truncated,
+                len(eval_set) if eval_set is not None else 0)
     lora = config.get("lora")
     if lora:
         model = _apply_lora(model, dict(lora), new_ids, enc_dec)
@@ -211,7 +216,8 @@ def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, ev
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=int(config["early_stopping_patience"])))
     trainer = Trainer(model=model, args=TrainingArguments(**args), train_dataset=train_set, eval_dataset=eval_set,
                       data_collator=DialogueCollator(tokenizer), processing_class=tokenizer, callbacks=callbacks)
-    summary = {"output_dir": str(out), "train_examples": len(train_set), "eval_examples": len(eval_set or [])}
+    summary = {"output_dir": str(out), "train_examples": len(train_set),
+               "eval_examples": len(eval_set) if eval_set is not None else 0}
     if eval_set is not None and config.get("eval_before_training"):
         summary["eval_loss_before"] = trainer.evaluate()["eval_loss"]
         logger.info("validation loss before training: %.4f", summary["eval_loss_before"])

@@ -23,10 +23,18 @@ LOADERS = {
 LOADERS["consistest"] = load_consistest  # PersonaChat questions about stated facts (one split: valid)
 LOADERS["squad2"] = load_squad2  # grounded questions: meta holds the reference answers and whether any exists
 
-__all__ = ["DialogueRecord", "LoadReport", "LOADERS", "load_dialogues"]
+__all__ = ["DialogueRecord", "LoadReport", "LOADERS", "load_dialogues", "to_dataset"]
 
 
-def load_dialogues(name: str, split: str, data_dir=None, *, return_report: bool = False, **options):
+def to_dataset(records):
+    """A ``datasets.Dataset`` of dialogue records (see :mod:`pmi_decode.data.hf_datasets`)."""
+    from .hf_datasets import to_dataset as build
+
+    return build(records)
+
+
+def load_dialogues(name: str, split: str, data_dir=None, *, return_report: bool = False, as_dataset: bool = False,
+                   **options):
     """Records (id, document, history, response, meta) of one split of a data set.
 
     ``name`` is ``faithdial``, ``faithdial_audit`` (annotated system responses; ``split`` is
@@ -35,7 +43,9 @@ def load_dialogues(name: str, split: str, data_dir=None, *, return_report: bool 
     (``rare``, ``skip_personal_knowledge``, ``reading_set`` for Topical-Chat; ``dial_file``,
     ``doc_file`` for MultiDoc2Dial; ``file`` for ``squad2``, grounded questions whose ``meta`` holds
     ``answers`` and ``answerable``). What was skipped or could not be resolved is logged; with
-    ``return_report=True`` the result is ``(records, LoadReport)``.
+    ``return_report=True`` the result is ``(records, LoadReport)``. ``as_dataset=True`` returns a
+    ``datasets.Dataset`` instead of the list (:func:`pmi_decode.data.hf_datasets.to_dataset`: id,
+    document, history, response, and meta as a JSON string).
     """
     key = name.lower().replace("-", "").replace("_", "")
     if key not in LOADERS:
@@ -49,4 +59,8 @@ def load_dialogues(name: str, split: str, data_dir=None, *, return_report: bool 
             logger.info("%s, e.g. %s", key_, "; ".join(examples))
     else:
         logger.info("%s", report.summary())
+    if as_dataset:
+        from .hf_datasets import to_dataset
+
+        records = to_dataset(records)
     return (records, report) if return_report else records

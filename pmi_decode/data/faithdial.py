@@ -11,11 +11,16 @@ sentence; the history ends on the seeker's turn.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from .records import DialogueRecord, LoadReport, expect, read_json
 
+logger = logging.getLogger(__name__)
+
 HUB_ID = "McGill-NLP/FaithDial"
+#: The hub's automatic parquet conversion of a repository, readable where its loading script is not.
+PARQUET_REVISION = "refs/convert/parquet"
 LOCAL_NAMES = {"validation": ("validation", "valid", "dev"), "valid": ("validation", "valid", "dev"),
                "dev": ("validation", "valid", "dev")}
 META_KEYS = ("original_response", "BEGIN", "VRM")
@@ -82,11 +87,37 @@ def _records(rows, report: LoadReport, where: str) -> list[DialogueRecord]:
     return records
 
 
+def _script_refused(err: Exception) -> bool:
+    """datasets 4 and later refuse a repository that still holds a loading script (FaithDial's
+    dates from the script era) with this RuntimeError."""
+    return isinstance(err, RuntimeError) and "scripts are no longer supported" in str(err)
+
+
+def hub_rows(hub_id: str, split: str):
+    """The hub data set's split; where ``datasets`` refuses the repository's loading script, its
+    parquet conversion (``revision="refs/convert/parquet"``), which holds the same rows."""
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(hub_id, split=split)
+    except RuntimeError as err:
+        if not _script_refused(err):
+            raise
+        logger.warning("%s holds a loading script, which this datasets release refuses (%s); reading its parquet "
+                       "conversion (revision %s)", hub_id, err, PARQUET_REVISION)
+        try:
+            return load_dataset(hub_id, split=split, revision=PARQUET_REVISION)
+        except Exception as fallback:
+            raise RuntimeError(
+                f"{hub_id} holds a loading script, which this datasets release refuses, and its parquet conversion "
+                f"(revision {PARQUET_REVISION!r}) could not be read either ({type(fallback).__name__}: {fallback}); "
+                "download the data set's JSON files and pass data_dir"
+            ) from fallback
+
+
 def load_faithdial(split: str, data_dir=None, *, report: LoadReport, hub_id: str = HUB_ID):
     if data_dir is None:
-        from datasets import load_dataset
-
-        dataset = load_dataset(hub_id, split="validation" if split in ("valid", "dev") else split)
+        dataset = hub_rows(hub_id, "validation" if split in ("valid", "dev") else split)
         rows = [(str(row.get("dialog_idx", n)), row) for n, row in enumerate(dataset)]
         return _records(rows, report, f"{hub_id} [{split}]")
     path = _local_file(Path(data_dir), split)

@@ -1,0 +1,205 @@
+"""PMI-Decode the way transformers 5 ships decoding methods: a ``custom_generate`` entry.
+
+Two forms, both equal to :func:`pmi_decode.pmi_generate` token for token (tests/test_custom_generate.py):
+
+* :func:`generate`, the function behind the ``hub/pmi-decode`` folder (``custom_generate/generate.py``
+  there imports it), so that
+  ``model.generate(**cond, custom_generate="<folder or hub repo>", trust_remote_code=True, alpha=0.5, p=0.9,
+  unconditional_inputs=uncond)`` decodes as ``pmi_generate``. It replaces ``generate`` whole, so
+  it can take the paired one-batch path in greedy and beam search. The document-free prompt comes
+  as ``unconditional_inputs=`` or in generate's own classifier-free-guidance slot,
+  ``negative_prompt_ids=`` / ``negative_prompt_attention_mask=``.
+* :func:`pmi_decoding_loop`, a callable for ``model.generate(..., custom_generate=pmi_decoding_loop)``.
+  transformers runs its own input preparation (expansion to beams, cache, processors, stopping
+  criteria) and then calls the loop, which adds :class:`~pmi_decode.PMIDecode` (separate branch)
+  to the prepared processors where ``pmi_generate`` puts it and runs generate's own greedy/sampling
+  or beam loop. Greedy search, sampling, beam search and beam sampling; nothing else. transformers
+  hands a callable only what it declares beyond ``_sample``'s parameters, so the document-free
+  prompt must come as ``unconditional_inputs=`` (generate keeps ``negative_prompt_ids`` for its own
+  processors), and a ``streamer`` never reaches the loop.
+
+Both call generate's own machinery on the model's class (``type(model).generate`` in
+``pmi_generate``, ``type(model)._sample`` here), never ``model.generate``: a model loaded with
+``trust_remote_code=True`` from a folder that holds a ``custom_generate`` has its ``generate``
+replaced by that function, which would call itself.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.generation.logits_process import (
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    LogitNormalization,
+    MinPLogitsWarper,
+    TemperatureLogitsWarper,
+    TopHLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    TypicalLogitsWarper,
+    WatermarkLogitsProcessor,
+)
+from transformers.generation.utils import GenerationMode
+
+from .adaptive import AdaptiveAlpha, resolve_alpha
+from .generation import pmi_generate
+from .processor import PMIDecode
+
+__all__ = ["generate", "pmi_decoding_loop", "LOOP_MODES"]
+
+#: The generation modes :func:`pmi_decoding_loop` runs (and the generate method of each).
+LOOP_MODES = {
+    GenerationMode.GREEDY_SEARCH: "_sample",
+    GenerationMode.SAMPLE: "_sample",
+    GenerationMode.BEAM_SEARCH: "_beam_search",
+    GenerationMode.BEAM_SAMPLE: "_beam_search",
+}
+
+
+def _prompt(ids, mask, what: str, ids_name: str, mask_name: str) -> dict:
+    """``{"input_ids", "attention_mask"}`` of one prompt batch; a one-row batch without a mask
+    gets an all-ones mask, a padded batch must bring its own."""
+    if not torch.is_tensor(ids) or ids.dim() != 2:
+        raise ValueError(f"{ids_name} must be a 2-D tensor of token ids (the {what}), got {type(ids).__name__}")
+    if mask is None:
+        if ids.shape[0] > 1:
+            raise ValueError(f"pass {mask_name} with {ids_name}: with several rows the padding must be known")
+        mask = torch.ones_like(ids)
+    if not torch.is_tensor(mask) or mask.shape != ids.shape:
+        raise ValueError(f"{mask_name} must be a tensor of the same shape as {ids_name}")
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _unconditional(unconditional_inputs, negative_prompt_ids, negative_prompt_attention_mask) -> dict:
+    if unconditional_inputs is not None and negative_prompt_ids is not None:
+        raise ValueError("pass the document-free prompt once: unconditional_inputs= or negative_prompt_ids=, not both")
+    if unconditional_inputs is not None:
+        if not hasattr(unconditional_inputs, "keys") or "input_ids" not in unconditional_inputs:
+            raise ValueError("unconditional_inputs must be a mapping with 'input_ids' and 'attention_mask' "
+                             "(e.g. build_inputs(...)['unconditional'])")
+        return _prompt(unconditional_inputs["input_ids"], unconditional_inputs.get("attention_mask"),
+                       "document-free prompt", "unconditional_inputs['input_ids']",
+                       "unconditional_inputs['attention_mask']")
+    if negative_prompt_ids is not None:
+        return _prompt(negative_prompt_ids, negative_prompt_attention_mask, "document-free prompt",
+                       "negative_prompt_ids", "negative_prompt_attention_mask")
+    raise ValueError(
+        "PMI-Decode needs the document-free prompt: pass unconditional_inputs={'input_ids', 'attention_mask'} "
+        "(build_inputs(...)['unconditional']) or negative_prompt_ids= with negative_prompt_attention_mask="
+    )
+
+
+def generate(model, inputs=None, generation_config=None, logits_processor=None, stopping_criteria=None,
+             prefix_allowed_tokens_fn=None, synced_gpus=None, assistant_model=None, streamer=None,
+             negative_prompt_ids=None, negative_prompt_attention_mask=None, *, alpha=0.5, p=0.9,
+             unconditional_inputs=None, paired=None, share_prompt=True, normalize=False, conditional_end=False,
+             **kwargs):
+    """``generate`` with PMI-Decode: what :func:`~pmi_decode.pmi_generate` returns for the same
+    arguments. The conditional prompt is generate's ``input_ids`` (or ``inputs``) with its
+    ``attention_mask``; the document-free one is ``unconditional_inputs`` or
+    ``negative_prompt_ids`` / ``negative_prompt_attention_mask``. ``alpha`` (default 0.5, a number
+    in [0, 1] or ``"adaptive"``), ``p`` (default 0.9), ``paired``, ``share_prompt``, ``normalize``,
+    ``conditional_end``: as in ``pmi_generate``. Anything else goes to ``generate``."""
+    if assistant_model is not None or kwargs.get("prompt_lookup_num_tokens") is not None:
+        raise ValueError("PMI-Decode scores one token per step: assisted and prompt-lookup decoding are not supported")
+    if kwargs.get("custom_generate") is not None:
+        raise ValueError("custom_generate cannot be nested")
+    input_ids = kwargs.pop("input_ids", None)
+    if inputs is not None and input_ids is not None:
+        raise ValueError("pass the prompt once: as inputs or as input_ids")
+    input_ids = inputs if input_ids is None else input_ids
+    if input_ids is None:
+        raise ValueError("PMI-Decode needs the conditional prompt (with the document) as input_ids=")
+    cond = _prompt(input_ids, kwargs.pop("attention_mask", None), "prompt with the document", "input_ids",
+                   "attention_mask")
+    uncond = _unconditional(unconditional_inputs, negative_prompt_ids, negative_prompt_attention_mask)
+    passed = dict(generation_config=generation_config, logits_processor=logits_processor,
+                  stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
+                  synced_gpus=synced_gpus, streamer=streamer)
+    kwargs.update({k: v for k, v in passed.items() if v is not None})
+    return pmi_generate(model, {"conditional": cond, "unconditional": uncond}, alpha=alpha, p=p, paired=paired,
+                        share_prompt=share_prompt, normalize=normalize, conditional_end=conditional_end, **kwargs)
+
+
+def _appended_after_user_processors(config) -> list[type]:
+    """The processor types generate appends after the user's ``logits_processor`` (transformers
+    5.x ``_get_logits_processor``: the sampling warpers, then watermarking, then renormalisation),
+    in order, read from the same config fields it reads."""
+    kinds = []
+    if config.do_sample:
+        if config.temperature is not None and config.temperature != 1.0:
+            kinds.append(TemperatureLogitsWarper)
+        if config.top_h is not None:
+            kinds.append(TopHLogitsWarper)
+        if config.top_k is not None and config.top_k != 0:
+            kinds.append(TopKLogitsWarper)
+        if config.top_p is not None and config.top_p < 1.0:
+            kinds.append(TopPLogitsWarper)
+        if config.min_p is not None:
+            kinds.append(MinPLogitsWarper)
+        if config.typical_p is not None and config.typical_p < 1.0:
+            kinds.append(TypicalLogitsWarper)
+        if config.epsilon_cutoff is not None and 0.0 < config.epsilon_cutoff < 1.0:
+            kinds.append(EpsilonLogitsWarper)
+        if config.eta_cutoff is not None and 0.0 < config.eta_cutoff < 1.0:
+            kinds.append(EtaLogitsWarper)
+    if config.watermarking_config is not None:
+        kinds.append(WatermarkLogitsProcessor)
+    if config.renormalize_logits is True:
+        kinds.append(LogitNormalization)
+    return kinds
+
+
+def _with_pmi(processors, config, pmi):
+    """generate's prepared processors with ``pmi`` right after the user's own, where
+    ``pmi_generate`` puts it (it passes ``[*user processors, PMIDecode]`` to generate)."""
+    tail = _appended_after_user_processors(config)
+    cut = len(processors) - len(tail)
+    if cut < 0 or any(not isinstance(proc, kind) for proc, kind in zip(list(processors)[cut:], tail)):
+        raise RuntimeError(
+            "pmi_decoding_loop: generate's processors are not in the order this transformers release was "
+            f"checked with (expected the tail {[k.__name__ for k in tail]}); use custom_generate=<the hub folder> "
+            "or pmi_generate instead"
+        )
+    out = type(processors)(list(processors)[:cut])
+    out.append(pmi)
+    out.extend(list(processors)[cut:])
+    return out
+
+
+def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                      streamer=None, *, alpha=0.5, p=0.9, unconditional_inputs=None, normalize=False,
+                      conditional_end=False, **model_kwargs):
+    """A decoding loop for ``model.generate(**cond, custom_generate=pmi_decoding_loop, alpha=..., p=...,
+    unconditional_inputs=uncond)``: greedy search, sampling, beam search and beam sampling with
+    PMI-Decode, equal to :func:`~pmi_decode.pmi_generate` token for token. Other modes
+    (assisted decoding) are refused. ``unconditional_inputs``: one document-free row per prompt
+    given to ``generate`` (before beam expansion)."""
+    mode = generation_config.get_generation_mode()
+    if mode not in LOOP_MODES:
+        raise ValueError(f"pmi_decoding_loop runs greedy search, sampling, beam search and beam sampling, not "
+                         f"{mode.value}; use custom_generate=<the hub folder> or pmi_generate")
+    alpha, p = resolve_alpha(alpha, p)
+    uncond = _unconditional(unconditional_inputs, None, None)
+    expand = max(int(generation_config.num_beams or 1), int(generation_config.num_return_sequences or 1))
+    if input_ids.shape[0] != uncond["input_ids"].shape[0] * expand:
+        raise ValueError(
+            f"unconditional_inputs has {uncond['input_ids'].shape[0]} rows but generate decodes "
+            f"{input_ids.shape[0] // expand} prompts: pass one document-free row per prompt"
+        )
+    ends = generation_config.eos_token_id if conditional_end else None
+    if conditional_end and ends is None:
+        raise ValueError("conditional_end=True needs the end token: pass eos_token_id=")
+    if torch.is_tensor(ends):
+        ends = ends.tolist()
+    # as pmi_generate's separate path: the branch projects onto the nucleus only where one constant
+    # per row cannot change a token (one row per prompt, no scores returned, a fixed alpha)
+    one_row_each = ((generation_config.num_beams or 1) == 1 and not generation_config.output_scores
+                    and not isinstance(alpha, AdaptiveAlpha))
+    pmi = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
+                    conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None)
+    method = getattr(type(model), LOOP_MODES[mode])
+    extra = {"streamer": streamer} if LOOP_MODES[mode] == "_sample" else {}
+    return method(model, input_ids, logits_processor=_with_pmi(logits_processor, generation_config, pmi),
+                  stopping_criteria=stopping_criteria, generation_config=generation_config, synced_gpus=synced_gpus,
+                  **extra, **model_kwargs)

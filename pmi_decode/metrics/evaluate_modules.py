@@ -1,0 +1,72 @@
+"""What the ``evaluate`` modules under ``hub/metrics/`` share, kept in the package so the three
+scripts stay thin and are tested with it.
+
+Each module (``evaluate.load("hub/metrics/pmi_faith")`` and so on) takes its scorer model as the
+config name (``evaluate.load(folder, "embedded-gemma")``; default ``"embedded"``), or an already
+built scorer as ``scorer=``, and returns the mean beside the per-example scores, which are exactly
+the package scorer's on the same rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import re
+from typing import Sequence
+
+__all__ = ["PMI_CITATION", "Q2_CITATION", "cache_safe_name", "check_module_kwargs", "columns", "mean"]
+
+PMI_CITATION = """\
+@inproceedings{nandwani2023pmi,
+  title = {Pointwise Mutual Information Based Metric and Decoding Strategy for Faithful Generation in
+           Document Grounded Dialogs},
+  author = {Nandwani, Yatin and Kumar, Vineet and Raghu, Dinesh and Joshi, Sachindra and Lastras, Luis A.},
+  booktitle = {Proceedings of the 2023 Conference on Empirical Methods in Natural Language Processing},
+  year = {2023}
+}
+"""
+
+Q2_CITATION = """\
+@inproceedings{honovich2021q2,
+  title = {{$Q^{2}$}: Evaluating Factual Consistency in Knowledge-Grounded Dialogues via Question Generation
+           and Question Answering},
+  author = {Honovich, Or and Choshen, Leshem and Aharoni, Roee and Neeman, Ella and Szpektor, Idan and
+            Abend, Omri},
+  booktitle = {Proceedings of the 2021 Conference on Empirical Methods in Natural Language Processing},
+  year = {2021}
+}
+"""
+
+
+def cache_safe_name(config_name: str) -> str:
+    """A folder name for evaluate's cache: evaluate joins the config name into a path, so a model
+    folder given as config name (``/models/x``) would put its cache files inside that folder."""
+    if re.fullmatch(r"[A-Za-z0-9._-]+", config_name) and config_name not in (".", ".."):
+        return config_name
+    digest = hashlib.sha256(os.fspath(config_name).encode()).hexdigest()[:12]
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "-", os.fspath(config_name)).strip("-.")[-40:]
+    return f"{tail or 'model'}-{digest}"
+
+
+def check_module_kwargs(kwargs: dict, own: Sequence[str]) -> None:
+    """evaluate's base class swallows keyword arguments it does not know; refuse them instead,
+    so a misspelt option is never ignored."""
+    from evaluate import EvaluationModule
+
+    known = set(inspect.signature(EvaluationModule.__init__).parameters) - {"self", "kwargs"}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise TypeError(f"unknown argument(s) {unknown}; this module takes {sorted(own)} and evaluate's "
+                        f"{sorted(known - {'config_name'})}")
+
+
+def columns(rows: Sequence[dict], keys: Sequence[str]) -> dict:
+    """Per-example values as one list per key (the shape evaluate modules return)."""
+    return {key: [row.get(key) for row in rows] for key in keys}
+
+
+def mean(values) -> float | None:
+    """Mean of the numbers (booleans count as 0/1); None for no examples."""
+    values = [float(v) for v in values if v is not None]
+    return sum(values) / len(values) if values else None
