@@ -4,6 +4,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from tiny_models import saved_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +35,7 @@ def test_the_committed_run_is_whole_and_its_text_output_agrees():
         assert f"[gain {r['plain_gain']:+.1f}]" in text and f"[gain {r['pmi_gain']:+.1f}]" in text
 
 
+@pytest.mark.real_defaults
 def test_the_committed_run_used_the_demos_current_defaults(tmp_path, capsys):
     """A change to the demo's defaults (guards, alpha, beams, lengths) makes the committed run stale:
     the same command on a tiny model must write the same settings, the model name aside."""
