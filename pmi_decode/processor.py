@@ -36,7 +36,7 @@ from .projection import ColumnProjection
 
 __all__ = [
     "PMIDecode", "pmi_scores", "conditional_end_scores", "nucleus_mask", "validate_alpha_p", "prefill", "stack_inputs",
-    "conditional_half",
+    "conditional_half", "cache_keyword", "returned_cache",
 ]
 
 # Top-k sizes tried before a full sort (benchmarks/nucleus_sizes.py: the embedded SmolLM2's
@@ -201,6 +201,23 @@ def _accepts(model, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
+def cache_keyword(model) -> str:
+    """The keyword that hands a KV cache to ``model``'s forward and ``generate``: ``cache`` from
+    transformers 5.24 on (``past_key_values`` is deprecated there), ``past_key_values`` before."""
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    try:
+        names = inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in names else "past_key_values"
+
+
+def returned_cache(output):
+    """The KV cache a forward returned (``output.cache`` from transformers 5.24 on, where reading
+    ``past_key_values`` is deprecated; ``output.past_key_values`` before)."""
+    return output["cache"] if "cache" in output.keys() else output.past_key_values
+
+
 def prefill(model, input_ids: torch.LongTensor, attention_mask: torch.LongTensor, repeats: int = 1):
     """Run a decoder-only model over left-padded prompts once; return the KV cache with every row
     repeated ``repeats`` times (for beams) and each prompt's last-position logits (not repeated).
@@ -213,7 +230,7 @@ def prefill(model, input_ids: torch.LongTensor, attention_mask: torch.LongTensor
     if _accepts(model, "position_ids"):
         kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(**kwargs)
-    cache = out.past_key_values
+    cache = returned_cache(out)
     if repeats > 1:
         cache.batch_repeat_interleave(repeats)
     return cache, out.logits[:, -1]
@@ -263,6 +280,7 @@ class _UnconditionalBranch:
         self.projection = ColumnProjection(model) if project_columns else None
         watch = self.projection.watch() if self.projection is not None else contextlib.nullcontext()
         self.enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
+        self.cache_keyword = cache_keyword(model)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         rows, batch = input_ids.shape[0], ids.shape[0]
         if (prompts is not None and prompts != batch) or rows % batch != 0:
@@ -289,7 +307,7 @@ class _UnconditionalBranch:
                     use_cache=True,
                     return_dict=True,
                 )
-                self.cache = out.past_key_values
+                self.cache = returned_cache(out)
                 logits = out.logits[:, -1]
             else:
                 self.use_positions = _accepts(model, "position_ids")
@@ -360,23 +378,23 @@ class _UnconditionalBranch:
                     encoder_outputs=self.encoder_outputs,
                     attention_mask=self.mask,
                     decoder_input_ids=token,
-                    past_key_values=self.cache,
                     use_cache=True,
                     return_dict=True,
+                    **{self.cache_keyword: self.cache},
                 )
             else:
                 self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=-1)
                 kwargs = {
                     "input_ids": token,
                     "attention_mask": self.mask,
-                    "past_key_values": self.cache,
+                    self.cache_keyword: self.cache,
                     "use_cache": True,
                     "return_dict": True,
                 }
                 if self.use_positions:
                     kwargs["position_ids"] = self.mask.long().sum(-1, keepdim=True) - 1
                 out = self.model(**kwargs)
-        self.cache = out.past_key_values
+        self.cache = returned_cache(out)
         self.last_ids = input_ids.clone()
         logits = out.logits[:, -1]
         return logits if columns is None else self.projection.widen(logits, columns)

@@ -5,7 +5,8 @@ import torch
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, pmi_generate
-from pmi_decode.generation import paired_path_blocker, prompt_cache, _effective_config, _unpack
+from pmi_decode.generation import paired_path_blocker, prompt_cache
+from pmi_decode.processor import cache_keyword
 
 NEW = dict(max_new_tokens=8, min_new_tokens=4)
 
@@ -112,11 +113,9 @@ def test_paired_processor_rejects_batches_it_did_not_stack():
 
 def test_blockers_name_the_reason():
     model, inputs = setup("llama")
-    cond, uncond = _unpack(inputs)
-    config, extra = _effective_config(model, {"repetition_penalty": 1.3})
-    assert "repetition_penalty" in paired_path_blocker(model, cond, uncond, config, extra)
-    config, extra = _effective_config(model, {"num_beams": 2})
-    assert paired_path_blocker(model, cond, uncond, config, extra) is None
+    assert "guidance_scale" in paired_path_blocker(model, inputs, guidance_scale=1.5)
+    assert "stopping_criteria" in paired_path_blocker(model, inputs, stopping_criteria=[lambda ids, scores: False])
+    assert paired_path_blocker(model, inputs, num_beams=2, repetition_penalty=1.3) is None
 
 
 def test_bad_inputs():
@@ -183,7 +182,7 @@ def test_processor_reused_with_a_prompt_cache_starts_a_new_generation():
     opts = dict(num_beams=4, max_new_tokens=8)
     model.generate(**inputs["conditional"], logits_processor=[proc], **opts)
     reused = model.generate(**inputs["conditional"], logits_processor=[proc],
-                            past_key_values=prompt_cache(model, inputs["conditional"], 4), **opts)
+                            **{cache_keyword(model): prompt_cache(model, inputs["conditional"], 4)}, **opts)
     fresh = separate(model, inputs, 0.5, 0.9, **opts)
     assert torch.equal(reused, fresh)
 
