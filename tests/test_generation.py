@@ -195,3 +195,18 @@ def test_static_cache_with_beams(paired):
     opts = dict(num_beams=3, num_return_sequences=2, **NEW)
     got = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, cache_implementation="static", **opts)
     assert torch.equal(got, pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, **opts))
+
+
+def test_a_future_warning_naming_a_keyword_we_pass_fails_the_suite():
+    """setup.cfg turns transformers' deprecation of a keyword our code passes into an error,
+    whichever module warns (transformers attributes them to its own modules)."""
+    import warnings
+
+    with pytest.raises(FutureWarning, match="past_key_values"):
+        warnings.warn("`past_key_values` is deprecated and will be removed in version 6.0.0 for "
+                      "`LlamaForCausalLM.generate`. Use `cache` instead.", FutureWarning)
+    model, inputs = setup("llama")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # our own calls raise none on this transformers
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, num_beams=2, max_new_tokens=3)
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, num_beams=2, max_new_tokens=3, paired=False)

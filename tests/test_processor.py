@@ -9,6 +9,7 @@ from reference import ReferencePMIDecode, unpadded
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, nucleus_mask, pmi_scores
+from pmi_decode.processor import cache_keyword
 
 MODES = {
     "greedy": dict(),
@@ -410,14 +411,14 @@ def test_sequences_that_do_not_continue_the_step_raise():
     ids = inputs["conditional"]["input_ids"]
     cache = DynamicCache()
     with torch.no_grad():
-        logits = model(**inputs["conditional"], past_key_values=cache).logits[:, -1]
+        logits = model(**inputs["conditional"], **{cache_keyword(model): cache}).logits[:, -1]
     proc(ids, logits)
     step = torch.cat([ids, torch.tensor([[5], [6], [7]])], dim=1)
     edited = step.clone()
     edited[0, -2] = (edited[0, -2] + 1) % 320  # the previous token of row 0 changed
     with torch.no_grad():
         mask = torch.cat([inputs["conditional"]["attention_mask"], torch.ones(3, 1, dtype=torch.long)], 1)
-        logits = model(input_ids=step[:, -1:], attention_mask=mask, past_key_values=cache).logits[:, -1]
+        logits = model(input_ids=step[:, -1:], attention_mask=mask, **{cache_keyword(model): cache}).logits[:, -1]
     with pytest.raises(ValueError, match="do not continue"):
         proc(edited, logits)
 
@@ -436,7 +437,7 @@ def test_continuing_an_output_with_a_prefix_cache_starts_a_new_generation():
     for processor in (proc, PMIDecode(1.0, 1.0, model=model, unconditional_inputs=inputs["unconditional"])):
         with torch.no_grad():
             cache, _ = prefill(twin, out[:, :-1], mask[:, :-1])
-        runs.append(model.generate(**cont, logits_processor=[processor], past_key_values=cache, max_new_tokens=4))
+        runs.append(model.generate(**cont, logits_processor=[processor], **{cache_keyword(model): cache}, max_new_tokens=4))
     assert torch.equal(runs[0], runs[1])
 
 
