@@ -357,6 +357,8 @@ class _Plan:
         for name, (_, paired) in OPTIONS.items():
             if paired == "conditional" and hasattr(config, name):
                 setattr(config, name, None)
+        if self.default_max:
+            config.max_length = None  # generate's default length counts from the prompt only when it sees none
         return config
 
 
