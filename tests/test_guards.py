@@ -512,3 +512,27 @@ def test_decode_records_and_cli_capitalize_sentences():
     assert _decode_options(parser.parse_args(base))["capitalize_sentences"] is GUARD_DEFAULTS["capitalize_sentences"]
     assert _decode_options(parser.parse_args(base + ["--no-capitalize-sentences"]))["capitalize_sentences"] is False
     assert _decode_options(parser.parse_args(base + ["--capitalize-sentences"]))["capitalize_sentences"] is True
+
+
+def test_sentence_case_bans_lower_case_openings_after_a_newline():
+    """Tokens that start with a newline and a lower-case letter open the next sentence in lower
+    case just as those with a leading space do (the tiny tokenizer has none: this one is trained
+    on text with line breaks, and its pre-tokenizer lets merges cross them)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from pmi_decode.guards import SentenceCaseGuard
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    raw.decoder = decoders.ByteLevel()
+    corpus = ["\nthe", "\nand", "\nthen", "\nThe", " the", " and", "It is done.", "Fine.", "The end."] * 30
+    raw.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=420, special_tokens=["<pad>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>")
+    newline_lower = [i for i in range(len(tok)) if re.match(r"\n+[a-z]", tok.decode([i]))]
+    assert newline_lower, "the tokenizer must have tokens of a newline and a lower-case letter"
+    guard = SentenceCaseGuard(tok, prompt_length=0)
+    banned = set(guard.banned_ids(tok("It is done.", add_special_tokens=False)["input_ids"]).tolist())
+    assert set(newline_lower) <= banned
+    assert not any(re.match(r"\s*[A-Z]", tok.decode([i])) for i in banned)

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from transformers import DynamicCache
 from reference import ReferencePMIDecode, unpadded
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
@@ -367,9 +368,10 @@ def test_right_padded_unconditional_inputs_are_repadded(kind):
         right["input_ids"][row, : tokens.numel()] = tokens
         right["attention_mask"][row, : tokens.numel()] = 1
     assert bool((right["attention_mask"][:, -1] == 0).any()), "the batch must contain right padding"
-    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=right)
-    got = generate(model, inputs, [proc], "greedy")
-    assert torch.equal(got, generate(model, inputs, [reference(model, inputs, 0.5, 0.9)], "greedy"))
+    for mode in ("greedy", "beam"):  # alpha 1: the branch's log-probs decide, so a misread row changes tokens
+        proc = PMIDecode(1.0, 0.9, model=model, unconditional_inputs=right)
+        got = generate(model, inputs, [proc], mode)
+        assert torch.equal(got, generate(model, inputs, [reference(model, inputs, 1.0, 0.9)], mode)), mode
 
 
 @pytest.mark.parametrize("forward_kwargs", [dict(use_cache=False), dict(use_cache=True)])
@@ -567,3 +569,42 @@ def test_nucleus_sorts_only_the_rows_that_need_it_and_finds_the_same_set():
     got = nucleus_mask(lp, 0.9)
     assert torch.equal(got, expected)
     assert (got[1::2].sum(-1) > 64).all() and (got[::2].sum(-1) <= 64).all()
+
+
+@pytest.mark.parametrize("kind,message", [("llama", "generate's prompts are not the stacked batch"),
+                                          ("bart", "generate's encoder inputs are not the stacked batch")])
+def test_stacked_processor_refuses_a_batch_of_the_same_size(kind, message):
+    """Same rows and width as the stacked batch, other content (the dialogues in another order):
+    only the content check can refuse it."""
+    model, inputs = setup(kind)
+    pmi = PMIDecode(0.5, 0.9)
+    batch = pmi.stack(inputs, model)
+    order = torch.tensor([1, 2, 0, 4, 5, 3])
+    shuffled = {key: value[order] for key, value in batch.items()}
+    with pytest.raises(ValueError, match=message):
+        model.generate(**shuffled, logits_processor=[pmi], max_new_tokens=3)
+
+
+def test_a_beam_that_continues_no_previous_beam_raises():
+    """With beams (two copies of each prompt), a row whose generated prefix matches neither row of
+    its group at the previous step is an error, even when the prompt and other rows match."""
+    model, inputs = setup("llama")
+    cond = {key: value.repeat_interleave(2, dim=0) for key, value in inputs["conditional"].items()}
+    proc = _separate(model, inputs)
+    ids, mask = cond["input_ids"], cond["attention_mask"]
+    cache, keyword = DynamicCache(), cache_keyword(model)
+    steps = [ids]
+    for tokens in ([5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]):
+        steps.append(torch.cat([steps[-1], torch.tensor(tokens).unsqueeze(1)], dim=1))
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, **{keyword: cache}).logits[:, -1]
+        proc(ids, logits)
+        mask = torch.cat([mask, torch.ones(6, 1, dtype=torch.long)], 1)
+        logits = model(input_ids=steps[1][:, -1:], attention_mask=mask, **{keyword: cache}).logits[:, -1]
+        proc(steps[1], logits)
+        mask = torch.cat([mask, torch.ones(6, 1, dtype=torch.long)], 1)
+        logits = model(input_ids=steps[2][:, -1:], attention_mask=mask, **{keyword: cache}).logits[:, -1]
+    edited = steps[2].clone()
+    edited[0, -2] = 7  # row 0 now continues "7", which neither row of its group (5, 6) wrote
+    with pytest.raises(ValueError, match="do not continue"):
+        proc(edited, logits)
