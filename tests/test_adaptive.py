@@ -42,6 +42,7 @@ def reference(model, inputs, rule, p):
 RULE = AdaptiveAlpha(max_alpha=1.0, exponent=0.2)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["bart", "llama"])
 @pytest.mark.parametrize("mode", list(MODES))
 def test_equals_slow_reference(kind, mode):
@@ -70,6 +71,7 @@ def test_differs_from_every_fixed_alpha_it_takes(kind):
     assert not torch.equal(adaptive, fixed)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["bart", "llama"])
 @pytest.mark.parametrize("mode", ["greedy", "beam"])
 def test_paired_equals_separate(kind, mode):

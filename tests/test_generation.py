@@ -23,6 +23,7 @@ def separate(model, inputs, alpha, p, seed=0, **kwargs):
     return model.generate(**inputs["conditional"], logits_processor=[proc], **kwargs)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["bart", "llama", "gpt2", "t5"])
 @pytest.mark.parametrize("mode", [dict(), dict(num_beams=4, num_return_sequences=2, length_penalty=0.7)])
 def test_paired_equals_separate(kind, mode):
@@ -33,6 +34,7 @@ def test_paired_equals_separate(kind, mode):
     assert not torch.equal(got, model.generate(**inputs["conditional"], **NEW, **mode))
 
 
+@pytest.mark.exactness
 def test_paired_moves_generate_processors_to_the_conditional_half():
     """BART checkpoints ship forced BOS/EOS and no-repeat n-grams; the paired path keeps them exact."""
     model, inputs = setup("bart")
@@ -56,6 +58,7 @@ def test_paired_output_dict_holds_the_conditional_rows():
     assert len(out.scores) == len(ref.scores) and out.scores[0].shape == ref.scores[0].shape
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("mode", [dict(do_sample=True), dict(do_sample=True, num_beams=3, num_return_sequences=2)])
 def test_sampling_falls_back_to_the_separate_path(mode):
     model, inputs = setup("llama")
@@ -66,6 +69,7 @@ def test_sampling_falls_back_to_the_separate_path(mode):
         pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, **NEW, **mode)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "bart"])
 def test_alpha_zero_runs_one_branch_only(kind):
     """At alpha = 0 the score is the conditional log-prob, so pmi_generate must not pay for a

@@ -114,6 +114,7 @@ def _generated_ngrams(seq, n):
     return len(grams) - len(set(grams))
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "bart"])
 @pytest.mark.parametrize("mode", [dict(num_beams=4), dict(num_beams=1)])
 def test_no_repeat_ngram_combines_exactly_in_both_paths(kind, mode):
@@ -456,6 +457,7 @@ MODES = {"beam": dict(num_beams=3), "greedy": dict(num_beams=1), "sampling": dic
 @pytest.mark.parametrize("kind,paired,mode", [  # the paired path refuses sampling (its halves would draw apart)
     (kind, paired, mode) for kind in ("llama", "bart") for paired in (True, False) for mode in MODES
     if not (paired and MODES[mode].get("do_sample"))])
+@pytest.mark.exactness
 def test_sentence_case_in_both_paths(kind, paired, mode):
     """A model pushed toward ". the" writes lower-case openings without the guard and none with
     it, in both pmi_generate paths and every decoding mode, and the guarded run equals generate

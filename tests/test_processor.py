@@ -47,6 +47,7 @@ def reference(model, inputs, alpha, p):
     )
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["bart", "llama", "t5", "gpt2"])
 @pytest.mark.parametrize("mode", list(MODES))
 def test_alpha0_p1_is_plain_generate(kind, mode):
@@ -56,6 +57,7 @@ def test_alpha0_p1_is_plain_generate(kind, mode):
     assert torch.equal(generate(model, inputs, [pmi], mode), plain)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["bart", "llama"])
 @pytest.mark.parametrize("mode", ["greedy", "beam", "beam_sampling", "sampling"])
 def test_equals_slow_reference(kind, mode):
@@ -68,6 +70,7 @@ def test_equals_slow_reference(kind, mode):
     assert not torch.equal(fast, generate(model, inputs, [], mode))
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "bart"])
 def test_alpha_zero_with_p_below_one_goes_through_the_nucleus(kind):
     """alpha = 0, p < 1 is not the early return: the scores go through pmi_scores, and sampling
@@ -79,6 +82,7 @@ def test_alpha_zero_with_p_below_one_goes_through_the_nucleus(kind):
     assert not torch.equal(fast, generate(model, inputs, [], "sampling"))
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["gpt2", "t5", "bloom"])
 def test_equals_slow_reference_other_families(kind):
     # transformers' BLOOM yields NaN for left-padded rows in float64, so it runs in float32
@@ -293,6 +297,7 @@ def test_bare_processor_refuses_a_batch_it_did_not_stack():
                 model.generate(**cond, logits_processor=[PMIDecode(0.5, 0.9)], max_new_tokens=3, **extra)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "bart"])
 def test_stack_and_conditional_equal_the_separate_path(kind):
     model, inputs = setup(kind)
@@ -358,6 +363,7 @@ def test_decoder_only_unrelated_rows_with_returned_sequences_are_refused():
         model.generate(**cond, logits_processor=[proc], max_new_tokens=3, do_sample=True, num_return_sequences=2)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_right_padded_unconditional_inputs_are_repadded(kind):
     model, inputs = setup(kind)
