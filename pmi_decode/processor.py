@@ -559,8 +559,9 @@ class PMIDecode(LogitsProcessor):
             expansion). Encoder inputs for encoder-decoder models; the history-only prompt for
             decoder-only models (right-padded rows are moved to left padding).
         conditional_processors: paired mode only: processors applied to the conditional half
-            before scoring (``pmi_generate`` moves ``min_new_tokens`` here so the unconditional
-            half sees the raw distribution, exactly as in separate mode).
+            before scoring (``pmi_generate`` puts generate's own processors here, built for the
+            conditional rows, so the unconditional half sees the raw distribution, exactly as in
+            separate mode).
         normalize: return the scores log-softmax-normalised over the nucleus (see
             :func:`pmi_scores`): same tokens in greedy search and sampling, and beam search over
             the PMI-reweighted distribution, whose beams end as plain decoding's do.
