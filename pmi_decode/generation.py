@@ -366,7 +366,8 @@ class _Plan:
 def _merged_defaults(model, config: GenerationConfig):
     """generate fills every unset option from ``model.generation_config``; the stacked batch's
     configuration is already merged and leaves the conditional half's options unset on purpose,
-    so for this call the model's defaults are that configuration itself (restored afterwards)."""
+    so for this call the model's defaults are that configuration itself (restored afterwards; so
+    two threads must not run ``pmi_generate`` on one model object at the same time)."""
     inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
     saved = inner.generation_config
     inner.generation_config = copy.deepcopy(config)

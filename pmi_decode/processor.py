@@ -215,7 +215,7 @@ def cache_keyword(model) -> str:
 def returned_cache(output):
     """The KV cache a forward returned (``output.cache`` from transformers 5.24 on, where reading
     ``past_key_values`` is deprecated; ``output.past_key_values`` before)."""
-    return output["cache"] if "cache" in output.keys() else output.past_key_values
+    return output["cache"] if "cache" in output.keys() else getattr(output, "past_key_values", None)
 
 
 def prefill(model, input_ids: torch.LongTensor, attention_mask: torch.LongTensor, repeats: int = 1):
