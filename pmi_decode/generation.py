@@ -278,7 +278,7 @@ class _Plan:
         given = kwargs.pop("generation_config", None)
         if given is not None and not isinstance(given, GenerationConfig):
             raise ValueError(f"generation_config must be a transformers GenerationConfig, got {type(given).__name__}")
-        arguments = {name: kwargs.pop(name) for name in _GENERATE_ARGUMENTS if kwargs.get(name) is not None}
+        arguments = {name: kwargs[name] for name in _GENERATE_ARGUMENTS if not _neutral(name, kwargs.get(name))}
         for name in _GENERATE_ARGUMENTS:
             kwargs.pop(name, None)
         # generate's own test for "no length given": its default then counts from the prompt

@@ -173,7 +173,8 @@ def test_a_copied_processor_works(how):
     model, inputs = setup("llama")
     expected = model.generate(**inputs["conditional"], logits_processor=[reference(model, inputs)], **NEW)
     pmi = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"])
-    if how == "copy":
+    assert torch.equal(model.generate(**inputs["conditional"], logits_processor=[pmi], **NEW), expected)
+    if how == "copy":  # after a generation: the branch, its cache and weak references are not copied
         twin_model, twin = model, copy.copy(pmi)
     elif how == "deepcopy":
         twin_model, twin = copy.deepcopy((model, pmi))
