@@ -43,15 +43,27 @@ def case(request):
     kind = request.param
     tok, model = tiny_tokenizer(kind), tiny_model(kind, logit_scale=PEAKED[kind])
     inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
-    baseline = {name: reference(model, inputs, {**BASE, **search}) for name, search in SEARCHES.items()}
-    return kind, model, inputs, baseline
+    baseline, gaps = {}, []
+    for name, search in SEARCHES.items():
+        baseline[name] = reference(model, inputs, {**BASE, **search}, gaps)
+    return kind, model, inputs, baseline, gaps
 
 
-def reference(model, inputs, kwargs):
+def reference(model, inputs, kwargs, gaps=None):
     cond = inputs["conditional"]
     proc = ReferencePMIDecode(ALPHA, P, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
                               conditional_prompt_length=cond["input_ids"].shape[1])
-    return model.generate(**cond, logits_processor=[proc], **kwargs)
+    out = model.generate(**cond, logits_processor=[proc], **kwargs)
+    if gaps is not None:
+        gaps.extend(proc.gaps)
+    return out
+
+
+def test_the_models_separate_their_top_tokens(case):
+    """At every step of the reference runs the best score beats the runner-up by far more than
+    float32 rounding (on a GPU too): a near-tie cannot decide a token of these comparisons."""
+    kind, _, _, _, gaps = case
+    assert gaps and min(gaps) > 1e-3, (kind, min(gaps))
 
 
 def option_values(kind, inputs, baseline):
@@ -125,7 +137,7 @@ def test_every_option_that_changes_scores_is_in_the_matrix():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_option_given_any_way_equals_the_reference_on_both_paths(case, name):
-    kind, model, inputs, baseline = case
+    kind, model, inputs, baseline, _ = case
     option = option_values(kind, inputs, baseline)[name]
     changed = False
     for search_name, search in SEARCHES.items():

@@ -74,14 +74,14 @@ def tiny_tokenizer(kind: str = "llama", *, chat: bool = False, vocab_size: int =
 
 
 # PMI_DECODE_TEST_DEVICE=cuda puts every tiny model (and so the inputs built for it) on that
-# device; PMI_DECODE_TEST_DTYPE=float32 runs the float64 models in float32 there (TF32 is
-# switched off in conftest.py).
+# device, where the float64 models run in float32 as users run them (TF32 is switched off in
+# conftest.py; PMI_DECODE_TEST_DTYPE=float64 keeps float64, =float32 asks for float32 on a CPU).
 TEST_DEVICE = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu")
 _TEST_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def _finish(model, dtype):
-    override = os.environ.get("PMI_DECODE_TEST_DTYPE")
+    override = os.environ.get("PMI_DECODE_TEST_DTYPE", None if TEST_DEVICE == "cpu" else "float32")
     if override is not None:
         if override not in _TEST_DTYPES:
             raise ValueError(f"PMI_DECODE_TEST_DTYPE must be float32 or float64, got {override!r}")
