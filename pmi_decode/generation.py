@@ -288,11 +288,16 @@ class _Plan:
                             and model.generation_config.min_length is None)
         self.config, self.model_kwargs = model._prepare_generation_config(given, **kwargs)
         self.arguments = arguments
-        self._refuse(model)
+        self._refuse(model, cond, uncond)
         self.blocker = self._blocker(model, cond, uncond)
 
-    def _refuse(self, model) -> None:
+    def _refuse(self, model, cond: dict, uncond: dict) -> None:
         """What neither path can run exactly: the message names the option and the fix."""
+        device = _model_device(model)
+        for name, part in (("conditional", cond), ("unconditional", uncond)):
+            if part["input_ids"].device != device or part["attention_mask"].device != device:
+                raise ValueError(f"inputs['{name}'] are on {part['input_ids'].device}, but the model is on {device}: "
+                                 "build them with build_inputs(..., model=model), or move them with .to(model.device)")
         if self.config.use_cache is False:
             raise ValueError("use_cache=False is not supported: PMIDecode follows generate's KV cache from step to "
                              "step (and the tokens do not depend on it); drop use_cache=False")

@@ -184,3 +184,12 @@ def test_a_copied_processor_works(how):
     assert torch.equal(twin_model.generate(**inputs["conditional"], logits_processor=[twin], **NEW), expected)
     # the original still works, unaffected by the copy's forwards (a copied model carries no live hook of it)
     assert torch.equal(model.generate(**inputs["conditional"], logits_processor=[pmi], **NEW), expected)
+
+
+def test_inputs_on_another_device_are_refused():
+    model, inputs = setup("llama")
+    elsewhere = {name: {key: value.to("meta") for key, value in inputs[name].items()}
+                 for name in ("conditional", "unconditional")}
+    for paired in (None, False):
+        with pytest.raises(ValueError, match=r"inputs\['conditional'\] are on meta, but the model is on cpu"):
+            pmi_generate(model, elsewhere, alpha=0.5, p=0.9, paired=paired, **NEW)
