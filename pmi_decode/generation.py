@@ -399,8 +399,9 @@ def pmi_generate(model, inputs, *, alpha: float, p: float = 1.0, paired: bool | 
             "unconditional": {...}}`` each with ``input_ids`` and ``attention_mask``.
         alpha, p: the PMI-Decode weight (a number or ``"adaptive"``) and nucleus mass (see
             :class:`~pmi_decode.PMIDecode`).
-        paired: ``None`` picks the paired path whenever it is exact (greedy and beam search with
-            the options listed in this module's docstring) and the separate-cache path otherwise;
+        paired: ``None`` picks the paired path whenever it is exact (greedy and beam search, with
+            the options as ``OPTIONS`` classifies them, after merging the configuration as
+            ``generate`` does) and the separate-cache path otherwise;
             ``True`` insists on the paired path (ValueError saying why when it cannot be used);
             ``False`` always uses the separate path.
         share_prompt: for decoder-only models with beams or several returned sequences, run
