@@ -200,6 +200,7 @@ def model_level(args, model, tokenizer, records: list[dict]) -> dict:
     PMI-Decode methods must decode the same tokens."""
     from pmi_decode import pmi_generate
     from pmi_decode.generation import prompt_cache
+    from pmi_decode.processor import cache_keyword
 
     batch = timed_batch(args, tokenizer, records)
     inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
@@ -210,10 +211,10 @@ def model_level(args, model, tokenizer, records: list[dict]) -> dict:
     pmi = lambda **extra: lambda: pmi_generate(model, inputs, alpha=args.alpha, p=args.p, **extra, **kw)  # noqa: E731
     every = {
         "plain": lambda: model.generate(**cond, **kw),
-        "plain-prompt-once": lambda: model.generate(**cond, past_key_values=prompt_cache(model, cond, args.num_beams),
+        "plain-prompt-once": lambda: model.generate(**cond, **{cache_keyword(model): prompt_cache(model, cond, args.num_beams)},
                                                     **kw),
         "plain-stacked-prompt-once": lambda: model.generate(
-            **stacked, past_key_values=prompt_cache(model, stacked, args.num_beams), **kw),
+            **stacked, **{cache_keyword(model): prompt_cache(model, stacked, args.num_beams)}, **kw),
         "pmi-paired-joint-prefill": _joint_prefill(pmi(paired=True)),
         "pmi-paired": pmi(paired=True),
         "pmi-separate": pmi(paired=False),
@@ -249,6 +250,7 @@ def profile_batch(args, model, tokenizer, records: list[dict], out_dir: Path) ->
     adds torch.profiler's operator table (memory-hungry at real lengths)."""
     from pmi_decode import pmi_generate
     from pmi_decode.generation import prompt_cache
+    from pmi_decode.processor import cache_keyword
 
     batch = records[: args.batch_size]
     inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
@@ -258,7 +260,7 @@ def profile_batch(args, model, tokenizer, records: list[dict], out_dir: Path) ->
               pad_token_id=tokenizer.pad_token_id)
     runs = {
         "pmi": lambda: pmi_generate(model, inputs, alpha=args.alpha, p=args.p, **kw),
-        "plain": lambda: model.generate(**cond, past_key_values=prompt_cache(model, cond, args.num_beams), **kw),
+        "plain": lambda: model.generate(**cond, **{cache_keyword(model): prompt_cache(model, cond, args.num_beams)}, **kw),
     }
     summary = {"batch": len(batch), "prompt_tokens_padded": int(cond["input_ids"].shape[1])}
     with torch.no_grad():

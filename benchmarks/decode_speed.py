@@ -49,6 +49,7 @@ from transformers.generation.logits_process import UnbatchedClassifierFreeGuidan
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pmi_decode import PMIDecode, pmi_generate  # noqa: E402
 from pmi_decode.generation import prompt_cache  # noqa: E402
+from pmi_decode.processor import cache_keyword  # noqa: E402
 
 # mean words per document / history / response (the paper's Table 7)
 DATASETS = {"faithdial": (23, 69, 18), "multidoc2dial": (166, 93, 18), "topicalchat": (241, 199, 20)}
@@ -202,7 +203,7 @@ def runners(model, inputs, mode: str, alpha: float, p: float, new_tokens: int):
     beams = MODES[mode].get("num_beams", 1)
     if beams > 1 and not model.config.is_encoder_decoder:
         # generate runs the prompt once per beam; these run it once per dialogue (same tokens).
-        out["plain-prompt-once"] = lambda: model.generate(**cond, past_key_values=prompt_cache(model, cond, beams), **kwargs)
+        out["plain-prompt-once"] = lambda: model.generate(**cond, **{cache_keyword(model): prompt_cache(model, cond, beams)}, **kwargs)
         out["separate-prompt-once"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=False, **kwargs)
         if not MODES[mode].get("do_sample"):
             out["paired"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=True, share_prompt=False,

@@ -43,6 +43,7 @@ from cli_throughput import _default_data_dir, load_records  # noqa: E402
 import pmi_decode.generation as generation  # noqa: E402
 from pmi_decode import build_inputs, pmi_generate  # noqa: E402
 from pmi_decode.generation import prompt_cache  # noqa: E402
+from pmi_decode.processor import cache_keyword  # noqa: E402
 from pmi_decode.processor import prefill  # noqa: E402
 from pmi_decode.projection import ColumnProjection  # noqa: E402
 
@@ -90,7 +91,7 @@ def methods_for(model, inputs, setting: str, args) -> dict:
             return pmi()
 
     plain = ((lambda: model.generate(**cond, **kw)) if beams == 1 else
-             (lambda: model.generate(**cond, past_key_values=prompt_cache(model, cond, beams), **kw)))
+             (lambda: model.generate(**cond, **{cache_keyword(model): prompt_cache(model, cond, beams)}, **kw)))
     return {"plain": plain, "pmi-full-projection": pmi_full, "pmi-nucleus-projection": pmi}
 
 
@@ -140,7 +141,7 @@ def time_step(model, inputs, rows: int, columns: int, args) -> dict:
         length = cache.get_seq_length()
         token = torch.full((mask.shape[0], 1), 100, dtype=torch.long)
         mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
-        kwargs = dict(input_ids=token, attention_mask=mask, past_key_values=cache, use_cache=True,
+        kwargs = dict(input_ids=token, attention_mask=mask, **{cache_keyword(model): cache}, use_cache=True,
                       position_ids=mask.long().sum(-1, keepdim=True) - 1)
         projection = ColumnProjection(model)
         with projection.watch():

@@ -198,6 +198,10 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
                     and not isinstance(alpha, AdaptiveAlpha))
     pmi = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
                     conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None)
+    if model.config.is_encoder_decoder:
+        # generate ran the encoder before this loop (and so before the processor watched it); the
+        # rows were checked above, so hand it a run of that many prompts
+        pmi.encoder_ran_before(uncond["input_ids"])
     method = getattr(type(model), LOOP_MODES[mode])
     extra = {"streamer": streamer} if LOOP_MODES[mode] == "_sample" else {}
     return method(model, input_ids, logits_processor=_with_pmi(logits_processor, generation_config, pmi),

@@ -404,13 +404,14 @@ def _plain_sequences(model, inputs, generate_kwargs):
     kwargs = dict(generate_kwargs)
     try:
         from .generation import prompt_cache
+        from .processor import cache_keyword
     except ImportError:
         prompt_cache = None
     if prompt_cache is not None:
         expand = max(int(kwargs.get("num_beams") or 1), int(kwargs.get("num_return_sequences") or 1))
         cache = prompt_cache(model, cond, expand)
         if cache is not None:
-            kwargs["past_key_values"] = cache
+            kwargs[cache_keyword(model)] = cache
     return model.generate(**cond, **kwargs)
 
 

@@ -8,62 +8,126 @@ would drift apart: sampling and beam sampling use the separate-cache path instea
 exact in every mode.
 
 For the unconditional half to see the raw model distribution (as it does in the separate
-path), the processors that generate would apply before PMIDecode (minimum length, forced
-BOS/EOS, no-repeat n-grams, and any ``logits_processor`` you pass) are applied to the
-conditional half only. Options whose processors cannot be moved that way send the call to the
-separate path.
+path), the processors that generate would apply before PMIDecode are built by generate's own
+code from the configuration generate would use (the model's ``generation_config``, a
+``GenerationConfig`` object and keyword arguments, merged as generate merges them) and applied
+to the conditional half only. What cannot be proven exact that way (``OPTIONS`` classifies every
+``GenerationConfig`` attribute) sends the call to the separate path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import inspect
 import logging
 
 import torch
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList
 from transformers.cache_utils import DynamicLayer
-from transformers.generation.logits_process import (
-    ForcedBOSTokenLogitsProcessor,
-    ForcedEOSTokenLogitsProcessor,
-    MinLengthLogitsProcessor,
-    MinNewTokensLengthLogitsProcessor,
-    NoRepeatNGramLogitsProcessor,
-)
 
 from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
-from .processor import PMIDecode, prefill
+from .processor import PMIDecode, _model_device, cache_keyword, prefill
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["pmi_generate", "paired_path_blocker", "prompt_cache", "paired_prompt_cache"]
+__all__ = ["pmi_generate", "paired_path_blocker", "prompt_cache", "paired_prompt_cache", "cache_keyword", "OPTIONS"]
 
-# Generation options that make generate build a logits processor of its own. The first group is
-# moved onto the conditional half in the paired path; any other one set to a non-default value
-# sends the call to the separate path.
-_MOVABLE = ("min_length", "min_new_tokens", "forced_bos_token_id", "forced_eos_token_id", "no_repeat_ngram_size")
-_BLOCKING = (
-    "guidance_scale",
-    "sequence_bias",
-    "encoder_repetition_penalty",
-    "repetition_penalty",
-    "encoder_no_repeat_ngram_size",
-    "bad_words_ids",
-    "remove_invalid_values",
-    "exponential_decay_length_penalty",
-    "suppress_tokens",
-    "begin_suppress_tokens",
-    "watermarking_config",
-    "output_attentions",
-    "output_hidden_states",
-    "assistant_model",
-    "prefix_allowed_tokens_fn",
-    "decoder_input_ids",
-    "inputs_embeds",
-    "past_key_values",
-    "cache",
-    "streamer",
-)
+# What each attribute of GenerationConfig does, and how the paired path treats it when it is set.
+# effect: "scores" (a logits processor changes the scores), "search" (changes which tokens or
+# sequences are searched, kept or returned), "neither" (outputs, caching, bookkeeping).
+# paired path: "conditional" (applied to the conditional half only, built by generate's own
+# _get_logits_processor from the merged config, as the separate path applies it before
+# PMIDecode); "joint" (left to generate for the stacked batch: both halves get identical scores,
+# so it acts on them alike, or it is inert without sampling, which never takes this path);
+# "separate" (not proven exact on the stacked batch: a call that sets it takes the separate
+# path). An attribute missing here (a field of a newer transformers) is treated as "separate"
+# when set, and tests/test_generation_options.py fails until it is classified.
+OPTIONS = {
+    # logits processors that generate applies before PMIDecode
+    "min_length": ("scores", "conditional"),
+    "min_new_tokens": ("scores", "conditional"),
+    "no_repeat_ngram_size": ("scores", "conditional"),
+    "encoder_no_repeat_ngram_size": ("scores", "conditional"),
+    "repetition_penalty": ("scores", "conditional"),
+    "encoder_repetition_penalty": ("scores", "conditional"),
+    "bad_words_ids": ("scores", "conditional"),
+    "sequence_bias": ("scores", "conditional"),
+    "forced_bos_token_id": ("scores", "conditional"),
+    "forced_eos_token_id": ("scores", "conditional"),
+    "exponential_decay_length_penalty": ("scores", "conditional"),
+    "suppress_tokens": ("scores", "conditional"),
+    "begin_suppress_tokens": ("scores", "conditional"),
+    "remove_invalid_values": ("scores", "conditional"),
+    # runs the model on its own prompts inside a processor
+    "guidance_scale": ("scores", "separate"),
+    # after PMIDecode: a per-row log-softmax of identical halves
+    "renormalize_logits": ("scores", "joint"),
+    # after PMIDecode, but hashes each row's previous tokens, prompt included: the halves differ
+    "watermarking_config": ("scores", "separate"),
+    # sampling warpers: built only with do_sample, which takes the separate path
+    "temperature": ("scores", "joint"),
+    "top_k": ("scores", "joint"),
+    "top_p": ("scores", "joint"),
+    "min_p": ("scores", "joint"),
+    "top_h": ("scores", "joint"),
+    "typical_p": ("scores", "joint"),
+    "epsilon_cutoff": ("scores", "joint"),
+    "eta_cutoff": ("scores", "joint"),
+    # the search: identical scores make both halves search alike
+    "num_beams": ("search", "joint"),
+    "num_return_sequences": ("search", "joint"),
+    "length_penalty": ("search", "joint"),
+    "early_stopping": ("search", "joint"),
+    "max_length": ("search", "joint"),
+    "max_new_tokens": ("search", "joint"),
+    "max_time": ("search", "joint"),
+    "eos_token_id": ("search", "joint"),
+    "pad_token_id": ("search", "joint"),
+    "bos_token_id": ("search", "joint"),
+    "decoder_start_token_id": ("search", "joint"),
+    # the search, where the halves would differ or that PMIDecode cannot follow
+    "do_sample": ("search", "separate"),
+    "stop_strings": ("search", "separate"),  # may match across the end of each half's own prompt
+    "token_healing": ("search", "separate"),  # rewrites the prompts' last tokens
+    "num_beam_groups": ("search", "separate"),
+    "diversity_penalty": ("search", "separate"),
+    "penalty_alpha": ("search", "separate"),
+    "dola_layers": ("search", "separate"),
+    "constraints": ("search", "separate"),
+    "force_words_ids": ("search", "separate"),
+    "low_memory": ("search", "separate"),
+    "prompt_lookup_num_tokens": ("search", "separate"),
+    "max_matching_ngram_size": ("search", "separate"),
+    "num_assistant_tokens": ("search", "separate"),
+    "num_assistant_tokens_schedule": ("search", "separate"),
+    "assistant_confidence_threshold": ("search", "separate"),
+    "assistant_lookbehind": ("search", "separate"),
+    "target_lookbehind": ("search", "separate"),
+    "assistant_early_exit": ("search", "separate"),
+    "assistant_ensemble_weight": ("search", "separate"),
+    "is_assistant": ("search", "separate"),
+    "speculation_type": ("search", "separate"),
+    "use_mtp": ("search", "separate"),
+    # outputs, caching, bookkeeping
+    "output_scores": ("neither", "joint"),
+    "output_logits": ("neither", "joint"),
+    "return_dict_in_generate": ("neither", "joint"),
+    "output_attentions": ("neither", "separate"),  # nested per-layer tuples: conditional() cannot halve them
+    "output_hidden_states": ("neither", "separate"),
+    "use_cache": ("neither", "joint"),  # False is refused on both paths
+    "cache_implementation": ("neither", "joint"),  # "paged" is refused on both paths
+    "cache_config": ("neither", "joint"),
+    "max_cache_len": ("neither", "joint"),
+    "prefill_chunk_size": ("neither", "separate"),
+    "compile_config": ("neither", "joint"),
+    "disable_compile": ("neither", "joint"),
+    "continuous_batching_config": ("neither", "joint"),
+    "transformers_version": ("neither", "joint"),
+    "_from_model_config": ("neither", "joint"),
+    "_commit_hash": ("neither", "joint"),
+}
 
 
 def _unpack(inputs) -> tuple[dict, dict]:
@@ -92,7 +156,8 @@ def prompt_cache(model, inputs: dict, expand: int):
 
     ``generate`` copies every prompt ``num_beams`` (or ``num_return_sequences``) times before it
     runs the prompt through the model, so beam search pays for the prompt once per beam. Given
-    this cache (``generate(..., past_key_values=cache)``), it runs only each copy's last prompt
+    this cache (``generate(..., cache=cache)``; ``past_key_values=`` before transformers 5.24, see
+    :func:`~pmi_decode.processor.cache_keyword`), it runs only each copy's last prompt
     token. Encoder-decoder models already run their encoder once per prompt."""
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     if expand <= 1 or model.config.is_encoder_decoder or ids.shape[1] < 2:
@@ -189,60 +254,147 @@ def _expansion(config: GenerationConfig) -> int:
     return max(int(config.num_beams or 1), int(config.num_return_sequences or 1))
 
 
-def _effective_config(model, kwargs: dict) -> tuple[GenerationConfig, dict]:
-    config = copy.deepcopy(kwargs.pop("generation_config", None) or model.generation_config)
-    model_kwargs = config.update(**kwargs)
-    return config, model_kwargs
+# generate's own arguments other than the configuration; any of them given sends the call to the
+# separate path (logits_processor is handled: applied to the conditional half as generate would).
+_GENERATE_ARGUMENTS = ("stopping_criteria", "prefix_allowed_tokens_fn", "synced_gpus", "assistant_model", "streamer",
+                       "negative_prompt_ids", "negative_prompt_attention_mask", "custom_generate")
+# model kwargs that pmi_generate passes on untouched on the paired path
+_PASSED_ON = ("tokenizer",)
 
 
-def _is_neutral(name: str, value) -> bool:
-    """True when an option's value makes generate build no processor (or change nothing)."""
+def _neutral(name: str, value) -> bool:
+    """Whether an option's value makes generate do what it does when the option is not set."""
     if value is None or value is False:
         return True
-    if isinstance(value, bool):
-        return False
-    if name in ("guidance_scale", "repetition_penalty", "encoder_repetition_penalty"):
-        return value == 1
-    if isinstance(value, (int, float)):
-        return value == 0
-    return isinstance(value, (list, tuple, dict)) and not value
+    defaults = GenerationConfig._get_default_generation_params()
+    if name in defaults and defaults[name] is not None:
+        try:
+            return bool(value == defaults[name])
+        except Exception:  # a value that cannot be compared: count it as set
+            return False
+    return False
 
 
-def paired_path_blocker(model, cond: dict, uncond: dict, config: GenerationConfig, model_kwargs: dict) -> str | None:
-    """Why the paired path cannot reproduce the separate path for this call (None if it can)."""
-    if config.do_sample:
-        return "sampling draws the two halves' tokens independently"
-    if (config.num_beam_groups or 1) > 1 or config.penalty_alpha is not None:
-        return "group beam search and contrastive search are not supported"
-    for name in _BLOCKING:
-        if name in model_kwargs and not _is_neutral(name, model_kwargs[name]):
-            return f"{name} is set"
-        if not _is_neutral(name, getattr(config, name, None)):
-            return f"{name}={getattr(config, name)!r} is set"
-    if not model.config.is_encoder_decoder and uncond["input_ids"].shape[1] > cond["input_ids"].shape[1]:
-        return "the unconditional prompt is longer than the conditional one"
-    return None
+class _Plan:
+    """How ``generate`` would run a call, worked out before it runs: the configuration merged as
+    generate merges it (the model's ``generation_config``, a ``GenerationConfig`` object, keyword
+    arguments), the model kwargs left over, and why the paired path cannot be used (None if it can)."""
+
+    def __init__(self, model, cond: dict, uncond: dict, generate_kwargs: dict):
+        kwargs = dict(generate_kwargs)
+        kwargs.pop("logits_processor", None)
+        given = kwargs.pop("generation_config", None)
+        if given is not None and not isinstance(given, GenerationConfig):
+            raise ValueError(f"generation_config must be a transformers GenerationConfig, got {type(given).__name__}")
+        arguments = {name: kwargs[name] for name in _GENERATE_ARGUMENTS if not _neutral(name, kwargs.get(name))}
+        for name in _GENERATE_ARGUMENTS:
+            kwargs.pop(name, None)
+        # generate's own test for "no length given": its default then counts from the prompt
+        self.default_max = (kwargs.get("max_length") is None and (given is None or given.max_length is None)
+                            and model.generation_config.max_length is None)
+        self.default_min = (kwargs.get("min_length") is None and (given is None or given.min_length is None)
+                            and model.generation_config.min_length is None)
+        self.config, self.model_kwargs = model._prepare_generation_config(given, **kwargs)
+        self.arguments = arguments
+        self._refuse(model, cond, uncond)
+        self.blocker = self._blocker(model, cond, uncond)
+
+    def _refuse(self, model, cond: dict, uncond: dict) -> None:
+        """What neither path can run exactly: the message names the option and the fix."""
+        device = _model_device(model)
+        for name, part in (("conditional", cond), ("unconditional", uncond)):
+            if part["input_ids"].device != device or part["attention_mask"].device != device:
+                raise ValueError(f"inputs['{name}'] are on {part['input_ids'].device}, but the model is on {device}: "
+                                 "build them with build_inputs(..., model=model), or move them with .to(model.device)")
+        if self.config.use_cache is False:
+            raise ValueError("use_cache=False is not supported: PMIDecode follows generate's KV cache from step to "
+                             "step (and the tokens do not depend on it); drop use_cache=False")
+        if self.config.cache_implementation == "paged":
+            raise ValueError("cache_implementation='paged' switches generate to continuous batching, which runs no "
+                             "logits processor, so PMI-Decode would silently not apply; use another cache")
+        for name in ("inputs_embeds", "input_ids", "attention_mask"):
+            if name in self.model_kwargs:
+                raise ValueError(f"{name} is not a pmi_generate argument: pmi_generate builds both branches from "
+                                 "the token ids in inputs (inputs['conditional'], inputs['unconditional'])")
+
+    def _blocker(self, model, cond: dict, uncond: dict) -> str | None:
+        config = self.config
+        if config.do_sample:
+            return "sampling draws the two halves' tokens independently"
+        for name, value in sorted(vars(config).items()):
+            effect, paired = OPTIONS.get(name, (None, "separate"))
+            if paired == "separate" and not _neutral(name, value):
+                why = "is not known to pmi_generate" if effect is None else "is not proven exact on a stacked batch"
+                return f"{name}={value!r} is set ({why})"
+        for name in self.arguments:
+            return f"{name} is passed to generate"
+        for name in self.model_kwargs:
+            if name not in _PASSED_ON:
+                return f"{name} is passed to the model"
+        if not model.config.is_encoder_decoder and uncond["input_ids"].shape[1] > cond["input_ids"].shape[1]:
+            return "the unconditional prompt is longer than the conditional one"
+        return None
+
+    def conditional_processors(self, model, cond: dict, decoder_length: int, user) -> LogitsProcessorList:
+        """The processors the separate path would run before PMIDecode, built by generate's own
+        ``_get_logits_processor`` for the conditional rows alone, on the model's device, after the
+        same preparation of special tokens and lengths as in ``generate``. Those that generate
+        runs after PMIDecode (renormalisation; sampling never gets here) stay with generate."""
+        config = copy.deepcopy(self.config)
+        config.renormalize_logits = False
+        device = _model_device(model)
+        ids = cond["input_ids"].to(device)
+        special = {"device": device}
+        if "batch_size" in inspect.signature(model._prepare_special_tokens).parameters:
+            special["batch_size"] = ids.shape[0]
+        model._prepare_special_tokens(config, True, **special)
+        config = model._prepare_generated_length(
+            generation_config=config, has_default_max_length=self.default_max,
+            has_default_min_length=self.default_min, model_input_name="input_ids", inputs_tensor=ids,
+            input_ids_length=decoder_length,
+        )
+        model_kwargs = {}
+        if not model.config.is_encoder_decoder:
+            mask = cond["attention_mask"].to(device)
+            if not bool((mask == 1).all()):  # generate drops an all-ones mask before building processors
+                model_kwargs["attention_mask"] = mask.repeat_interleave(_expansion(config), dim=0)
+        return model._get_logits_processor(
+            generation_config=config, input_ids_seq_length=decoder_length, encoder_input_ids=ids,
+            logits_processor=LogitsProcessorList(list(user or [])), device=device, model_kwargs=model_kwargs,
+        )
+
+    def joint_config(self) -> GenerationConfig:
+        """The merged configuration for the stacked batch: the options applied to the conditional
+        half are unset here, so generate does not apply them to both halves."""
+        config = copy.deepcopy(self.config)
+        for name, (_, paired) in OPTIONS.items():
+            if paired == "conditional" and hasattr(config, name):
+                setattr(config, name, None)
+        if self.default_max:
+            config.max_length = None  # generate's default length counts from the prompt only when it sees none
+        return config
 
 
-def _conditional_processors(model, config: GenerationConfig, decoder_prompt_length: int, user) -> LogitsProcessorList:
-    """generate's own length/forcing processors, built for the conditional half alone."""
-    eos = config.eos_token_id
-    procs = LogitsProcessorList()
-    if config.min_length and eos is not None:
-        procs.append(MinLengthLogitsProcessor(config.min_length, eos))
-    if config.min_new_tokens and eos is not None:
-        procs.append(MinNewTokensLengthLogitsProcessor(decoder_prompt_length, config.min_new_tokens, eos))
-    if config.no_repeat_ngram_size:
-        procs.append(NoRepeatNGramLogitsProcessor(config.no_repeat_ngram_size))
-    if config.forced_bos_token_id is not None:
-        procs.append(ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
-    if config.forced_eos_token_id is not None:
-        max_length = config.max_length
-        if config.max_new_tokens is not None:
-            max_length = config.max_new_tokens + decoder_prompt_length
-        procs.append(ForcedEOSTokenLogitsProcessor(max_length, config.forced_eos_token_id))
-    procs.extend(user or [])
-    return procs
+@contextlib.contextmanager
+def _merged_defaults(model, config: GenerationConfig):
+    """generate fills every unset option from ``model.generation_config``; the stacked batch's
+    configuration is already merged and leaves the conditional half's options unset on purpose,
+    so for this call the model's defaults are that configuration itself (restored afterwards; so
+    two threads must not run ``pmi_generate`` on one model object at the same time)."""
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    saved = inner.generation_config
+    inner.generation_config = copy.deepcopy(config)
+    try:
+        yield
+    finally:
+        inner.generation_config = saved
+
+
+def paired_path_blocker(model, inputs, **generate_kwargs) -> str | None:
+    """Why ``pmi_generate(model, inputs, **generate_kwargs)`` cannot use the paired path (None if
+    it can): the options are merged as generate merges them, model defaults included."""
+    cond, uncond = _unpack(inputs)
+    return _Plan(model, cond, uncond, generate_kwargs).blocker
 
 
 def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, paired: bool | None = None,
@@ -259,8 +411,9 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
         plausibility: PMI re-ranks only tokens at least this share as probable as the
             conditional top token (see :class:`~pmi_decode.PMIDecode`); ``None``:
             :data:`pmi_decode.defaults.PLAUSIBILITY`; ``0`` is the paper's score.
-        paired: ``None`` picks the paired path whenever it is exact (greedy and beam search with
-            the options listed in this module's docstring) and the separate-cache path otherwise;
+        paired: ``None`` picks the paired path whenever it is exact (greedy and beam search, with
+            the options as ``OPTIONS`` classifies them, after merging the configuration as
+            ``generate`` does) and the separate-cache path otherwise;
             ``True`` insists on the paired path (ValueError saying why when it cannot be used);
             ``False`` always uses the separate path.
         share_prompt: for decoder-only models with beams or several returned sequences, run
@@ -282,21 +435,24 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     plausibility = defaults.PLAUSIBILITY if plausibility is None else plausibility
     cond, uncond = _unpack(inputs)
     kwargs = dict(generate_kwargs)
-    user_processors = kwargs.pop("logits_processor", None)
-    config, model_kwargs = _effective_config(model, dict(kwargs))
+    user_processors = kwargs.get("logits_processor")
+    plan = _Plan(model, cond, uncond, kwargs)
+    config = plan.config
     ends = config.eos_token_id if conditional_end else None
     if conditional_end and ends is None:
         raise ValueError("conditional_end=True needs the end token: pass eos_token_id= (the model's generation "
                          "config has none)")
-    blocker = None if paired is False else paired_path_blocker(model, cond, uncond, config, model_kwargs)
+    blocker = None if paired is False else plan.blocker
     if paired is None and blocker is None and alpha == 0.0:
         # The score is the conditional log-prob alone: the separate path runs no second branch.
         blocker = "alpha = 0 needs no document-free branch"
     if paired and blocker:
-        raise ValueError(f"the paired path cannot be used here: {blocker}")
+        raise ValueError(f"the paired path cannot be used here: {blocker}; pmi_generate(paired=None) takes the "
+                         "separate path, which is exact with it")
     if paired is False or blocker:
         if blocker:
             logger.info("pmi_generate: separate-cache path (%s)", blocker)
+        kwargs.pop("logits_processor", None)
         # greedy search and sampling: a per-row constant in the branch's log-probs changes no token
         # (the returned scores would shift by it, so not with output_scores); otherwise automatic
         one_row_each = ((config.num_beams or 1) == 1 and not config.output_scores
@@ -309,7 +465,7 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
                 and config.cache_implementation is None):
             cache = prompt_cache(model, cond, _expansion(config))
             if cache is not None:
-                kwargs["past_key_values"] = cache
+                kwargs[cache_keyword(model)] = cache
         return _class_generate(model)(model, **cond, logits_processor=processors, **kwargs)
 
     enc_dec = bool(model.config.is_encoder_decoder)
@@ -319,14 +475,16 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     proc = PMIDecode(alpha, p, normalize=normalize, conditional_end=conditional_end, eos_token_id=ends,
                      plausibility=plausibility)
     joint = proc.stack({"conditional": cond, "unconditional": uncond}, model, pad_token_id=pad_id)
-    decoder_prompt_length = 1 if enc_dec else joint["input_ids"].shape[1]
-    proc.conditional_processors = _conditional_processors(model, config, decoder_prompt_length, user_processors)
-    for name in _MOVABLE:
-        setattr(config, name, getattr(GenerationConfig(), name))
+    decoder_length = 1 if enc_dec else joint["input_ids"].shape[1]
+    proc.conditional_processors = plan.conditional_processors(model, cond, decoder_length, user_processors)
+    joint_config = plan.joint_config()
+    model_kwargs = dict(plan.model_kwargs)
     if share_prompt and config.cache_implementation is None:
         # generate refuses a cache object together with cache_implementation (e.g. "static")
         cache = paired_prompt_cache(model, joint, _expansion(config))
         if cache is not None:
-            model_kwargs["past_key_values"] = cache
-    output = _class_generate(model)(model, **joint, generation_config=config, logits_processor=[proc], **model_kwargs)
+            model_kwargs[cache_keyword(model)] = cache
+    with _merged_defaults(model, joint_config):
+        output = _class_generate(model)(model, **joint, generation_config=joint_config, logits_processor=[proc],
+                                        **model_kwargs)
     return proc.conditional(output)

@@ -321,7 +321,7 @@ class SentenceCaseGuard(LogitsProcessor):
             if not response:
                 continue
             banned = self.banned_ids(response)
-            banned = banned[banned < scores.shape[-1]]
+            banned = banned[banned < scores.shape[-1]].to(scores.device)
             if banned.numel():
                 scores[row, banned] = -math.inf
         return scores

@@ -35,8 +35,8 @@ from .adaptive import AdaptiveAlpha, resolve_alpha
 from .projection import ColumnProjection
 
 __all__ = [
-    "PMIDecode", "pmi_scores", "conditional_end_scores", "nucleus_mask", "plausible_mask", "validate_plausibility", "validate_alpha_p", "prefill", "stack_inputs",
-    "conditional_half",
+    "PMIDecode", "pmi_scores", "conditional_end_scores", "nucleus_mask", "plausible_mask", "validate_plausibility",
+    "validate_alpha_p", "prefill", "stack_inputs", "conditional_half", "cache_keyword", "returned_cache",
 ]
 
 # Top-k sizes tried before a full sort (benchmarks/nucleus_sizes.py: the embedded SmolLM2's
@@ -226,6 +226,23 @@ def _accepts(model, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
+def cache_keyword(model) -> str:
+    """The keyword that hands a KV cache to ``model``'s forward and ``generate``: ``cache`` from
+    transformers 5.24 on (``past_key_values`` is deprecated there), ``past_key_values`` before."""
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    try:
+        names = inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in names else "past_key_values"
+
+
+def returned_cache(output):
+    """The KV cache a forward returned (``output.cache`` from transformers 5.24 on, where reading
+    ``past_key_values`` is deprecated; ``output.past_key_values`` before)."""
+    return output["cache"] if "cache" in output.keys() else getattr(output, "past_key_values", None)
+
+
 def prefill(model, input_ids: torch.LongTensor, attention_mask: torch.LongTensor, repeats: int = 1):
     """Run a decoder-only model over left-padded prompts once; return the KV cache with every row
     repeated ``repeats`` times (for beams) and each prompt's last-position logits (not repeated).
@@ -238,7 +255,7 @@ def prefill(model, input_ids: torch.LongTensor, attention_mask: torch.LongTensor
     if _accepts(model, "position_ids"):
         kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(**kwargs)
-    cache = out.past_key_values
+    cache = returned_cache(out)
     if repeats > 1:
         cache.batch_repeat_interleave(repeats)
     return cache, out.logits[:, -1]
@@ -288,6 +305,7 @@ class _UnconditionalBranch:
         self.projection = ColumnProjection(model) if project_columns else None
         watch = self.projection.watch() if self.projection is not None else contextlib.nullcontext()
         self.enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
+        self.cache_keyword = cache_keyword(model)
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         rows, batch = input_ids.shape[0], ids.shape[0]
         if (prompts is not None and prompts != batch) or rows % batch != 0:
@@ -314,7 +332,7 @@ class _UnconditionalBranch:
                     use_cache=True,
                     return_dict=True,
                 )
-                self.cache = out.past_key_values
+                self.cache = returned_cache(out)
                 logits = out.logits[:, -1]
             else:
                 self.use_positions = _accepts(model, "position_ids")
@@ -385,23 +403,23 @@ class _UnconditionalBranch:
                     encoder_outputs=self.encoder_outputs,
                     attention_mask=self.mask,
                     decoder_input_ids=token,
-                    past_key_values=self.cache,
                     use_cache=True,
                     return_dict=True,
+                    **{self.cache_keyword: self.cache},
                 )
             else:
                 self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=-1)
                 kwargs = {
                     "input_ids": token,
                     "attention_mask": self.mask,
-                    "past_key_values": self.cache,
+                    self.cache_keyword: self.cache,
                     "use_cache": True,
                     "return_dict": True,
                 }
                 if self.use_positions:
                     kwargs["position_ids"] = self.mask.long().sum(-1, keepdim=True) - 1
                 out = self.model(**kwargs)
-        self.cache = out.past_key_values
+        self.cache = returned_cache(out)
         self.last_ids = input_ids.clone()
         logits = out.logits[:, -1]
         return logits if columns is None else self.projection.widen(logits, columns)
@@ -489,17 +507,35 @@ def conditional_half(output):
     return type(output)(**fields)
 
 
-def _hook_forward(module, receiver: str, processor) -> None:
-    """A forward pre-hook on ``module`` that passes the call's kwargs to ``processor.<receiver>``
-    while the processor lives (a weak reference: the hook must not keep it alive)."""
-    ref = weakref.ref(processor)
+class _ForwardHook:
+    """A forward pre-hook that passes the call's kwargs to ``processor.<receiver>`` while the
+    processor lives (a weak reference: the hook must not keep it alive). A copy or pickle of the
+    model carries an idle hook instead: a processor watches the model it was given, not copies."""
 
-    def hook(mod, args, kwargs):
-        proc = ref()
+    def __init__(self, processor, receiver: str):
+        self.ref = weakref.ref(processor)
+        self.receiver = receiver
+
+    def __call__(self, module, args, kwargs):
+        proc = self.ref()
         if proc is not None and not _in_branch_forward():
-            getattr(proc, receiver)(args, kwargs)
+            getattr(proc, self.receiver)(args, kwargs)
 
-    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    def __reduce__(self):
+        return _IdleHook, ()
+
+
+class _IdleHook:
+    """What a copied or unpickled model holds in place of a processor's hook: nothing to do."""
+
+    def __call__(self, module, args, kwargs):
+        return None
+
+
+def _hook_forward(module, receiver: str, processor) -> None:
+    """Hook ``module``'s forward for ``processor`` (see :class:`_ForwardHook`); removed when the
+    processor goes."""
+    handle = module.register_forward_pre_hook(_ForwardHook(processor, receiver), with_kwargs=True)
     processor._hooks.append(handle)
     weakref.finalize(processor, handle.remove)
 
@@ -519,6 +555,10 @@ def _ran(input_ids: torch.LongTensor, cache_length: int | None, tokens) -> bool:
     if cache_length + tokens.shape[1] != input_ids.shape[1]:
         return False
     return torch.equal(tokens.to(input_ids.device), input_ids[:, input_ids.shape[1] - tokens.shape[1]:])
+
+
+def _rebuild(arguments: dict) -> "PMIDecode":
+    return PMIDecode(**arguments)
 
 
 _STACK_FIX = (
@@ -544,8 +584,9 @@ class PMIDecode(LogitsProcessor):
             expansion). Encoder inputs for encoder-decoder models; the history-only prompt for
             decoder-only models (right-padded rows are moved to left padding).
         conditional_processors: paired mode only: processors applied to the conditional half
-            before scoring (``pmi_generate`` moves ``min_new_tokens`` here so the unconditional
-            half sees the raw distribution, exactly as in separate mode).
+            before scoring (``pmi_generate`` puts generate's own processors here, built for the
+            conditional rows, so the unconditional half sees the raw distribution, exactly as in
+            separate mode).
         normalize: return the scores log-softmax-normalised over the nucleus (see
             :func:`pmi_scores`): same tokens in greedy search and sampling, and beam search over
             the PMI-reweighted distribution, whose beams end as plain decoding's do.
@@ -588,7 +629,8 @@ class PMIDecode(LogitsProcessor):
       :meth:`conditional`. One forward per step serves both halves; greedy and beam search
       only. The processor refuses any batch that :meth:`stack` did not build.
 
-    With ``alpha = 0`` and ``p = 1`` the scores pass through untouched, so decoding equals plain
+    With ``alpha = 0`` and ``p = 1`` the scores pass through untouched (``normalize=True``: their
+    log-softmax, the log-probabilities it promises), so decoding equals plain
     ``generate`` token for token. One instance can serve several ``generate`` calls: each call
     starts a new generation (seen from the fresh KV cache generate hands the model). Anything
     it cannot verify raises a ``ValueError`` rather than decode on a wrong branch: assisted
@@ -654,6 +696,7 @@ class PMIDecode(LogitsProcessor):
             )
         if conditional_processors and not self.paired:
             raise ValueError("conditional_processors is for paired mode only; give them to generate instead")
+        self._requested_projection = nucleus_projection
         self.nucleus_projection = self._projection_rule(nucleus_projection)
         self.conditional_processors = LogitsProcessorList(conditional_processors or [])
         self.model = model
@@ -665,12 +708,25 @@ class PMIDecode(LogitsProcessor):
         self._encoder_runs: list = []  # input ids of the encoder runs outside the branch since the last step
         self._stacked: dict | None = None
         self._stacked_expanded: dict = {}
-        self._paired_length: int | None = None  # decoder length at the last paired step (encoder-decoder)
         if not self.paired:
             if getattr(model, "training", False):
                 raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
             self.unconditional_inputs = self._check_unconditional(unconditional_inputs, model)
             self._watch(model)
+
+    def __reduce__(self):
+        """Copies (``copy.copy``, ``copy.deepcopy``) and pickles are rebuilt from the constructor's
+        arguments: the hooks on the model belong to this instance, so a copy makes its own, and it
+        starts with no generation in progress (in paired mode, call ``stack`` on the copy). A deep
+        copy watches the deep copy of the model, which is then the model to give ``generate``."""
+        arguments = dict(
+            alpha=self.alpha, p=self.p, model=self.model, unconditional_inputs=self.unconditional_inputs,
+            conditional_processors=list(self.conditional_processors) or None, normalize=self.normalize,
+            conditional_end=self.conditional_end,
+            eos_token_id=None if self._end_ids is None else self._end_ids.tolist(),
+            nucleus_projection=self._requested_projection,
+        )
+        return _rebuild, (arguments,)
 
     # ---- what the processor learns from the model's forwards -------------------------------
 
@@ -706,9 +762,17 @@ class PMIDecode(LogitsProcessor):
             self._encoder_runs.append(ids)
             del self._encoder_runs[:-8]
 
+    def encoder_ran_before(self, encoder_input_ids: torch.LongTensor) -> None:
+        """For a decoding loop that creates the processor after ``generate`` ran the encoder
+        (``custom_generate=``): the encoder input ids generate used, checked like a run the
+        processor saw itself."""
+        self._encoder_runs.append(encoder_input_ids)
+
     def _starts_generation(self, input_ids: torch.LongTensor) -> bool:
         """Whether this step opens a new generate call; raises if no generate forward was seen."""
-        forwards, self._forwards = self._forwards, []
+        # generate holds its cache for the whole call: forwards whose cache is gone were not this step's
+        forwards = [forward for forward in self._forwards if forward[0]() is not None]
+        self._forwards = []
         if not forwards:
             raise ValueError(
                 "PMIDecode saw no forward of the model with a KV cache since its last step. It scores one step "
@@ -725,7 +789,9 @@ class PMIDecode(LogitsProcessor):
         current = self._generation_cache() if self._generation_cache is not None else None
         if current is not None and any(ref() is current and length > 0 for ref, length in candidates):
             return False
-        self._generation_cache = candidates[-1][0]
+        # generate runs its forward before any processor of the step, so the first live match is
+        # generate's; later ones are processors running the model on the same tokens with caches of their own
+        self._generation_cache = candidates[0][0]
         return True
 
     def reset(self) -> None:
@@ -734,7 +800,6 @@ class PMIDecode(LogitsProcessor):
         self._generation_cache = None
         self._forwards = []
         self._encoder_runs = []
-        self._paired_length = None
 
     # ---- separate mode ------------------------------------------------------------------------
 
@@ -794,7 +859,20 @@ class PMIDecode(LogitsProcessor):
             # e.g. a scoring call, may have happened too): one of them must match the unconditional rows
             runs, self._encoder_runs = [ids.shape[0] for ids in self._encoder_runs], []
             batch = self.unconditional_inputs["input_ids"].shape[0]
-            prompts = None if not runs or batch in runs else runs[-1]
+            enc_dec = bool(self.model.config.is_encoder_decoder)
+            if enc_dec and not runs:
+                raise ValueError(
+                    "generate ran no encoder on its prompts (encoder_outputs= given?), so PMIDecode cannot check "
+                    "that unconditional_inputs match them: pass input_ids and attention_mask to generate instead "
+                    "of encoder_outputs"
+                )
+            if not enc_dec and input_ids.shape[1] == 0:
+                raise ValueError(
+                    "generate handed PMIDecode sequences without their prompts (inputs_embeds= without input_ids?), "
+                    "so it cannot check that unconditional_inputs match them: pass input_ids and attention_mask to "
+                    "generate"
+                )
+            prompts = None if batch in runs else runs[-1] if runs else None
             self._branch = _UnconditionalBranch(self.model, self.unconditional_inputs, input_ids, prompts,
                                                 project_columns=self.nucleus_projection)
             logits = self._branch.first_logits
@@ -835,7 +913,7 @@ class PMIDecode(LogitsProcessor):
             self._end_ids = _model_end_ids(model)
         self._stacked_expanded = {}
         self._encoder_runs = []
-        self._paired_length = None
+        self._generation_cache = None
         return batch
 
     @property
@@ -864,13 +942,17 @@ class PMIDecode(LogitsProcessor):
             )
         copies = rows // stacked.shape[0]
         if self._stacked["enc_dec"]:
-            # decoder sequences restart at each generate call: check the encoder batch that call ran
-            # (later encoder runs between steps, e.g. a scoring call, are not generate's)
-            last, self._paired_length = self._paired_length, input_ids.shape[1]
-            if last is not None and input_ids.shape[1] == last + 1:
-                self._encoder_runs = []
-                return 0
+            # decoder sequences restart at each generate call, so the encoder batch that call ran is what
+            # must be checked; a call is recognised by its fresh KV cache, as in separate mode (a decoder
+            # length alone would take a new call with a decoder prefix for the next step of the last one)
             runs, self._encoder_runs = self._encoder_runs, []
+            if not self._starts_generation(input_ids):
+                return 0
+            if not runs:
+                raise ValueError(
+                    "PMIDecode(alpha, p): generate ran no encoder on its prompts (encoder_outputs= given?), so the "
+                    f"stacked batch cannot be checked: pass the stacked input_ids instead. {_STACK_FIX}"
+                )
             if not any(ids.shape == stacked.shape and torch.equal(ids.to(stacked.device), stacked) for ids in runs):
                 raise ValueError(
                     f"PMIDecode(alpha, p): generate's encoder inputs are not the stacked batch: {_STACK_FIX}"
@@ -897,7 +979,7 @@ class PMIDecode(LogitsProcessor):
         cond = scores[:half]
         if len(self.conditional_processors):
             cond = self.conditional_processors(input_ids[:half], cond)
-        if self.alpha == 0.0 and self.p >= 1.0:
+        if self.alpha == 0.0 and self.p >= 1.0 and not self.normalize:
             return torch.cat([cond, cond], dim=0)
         lp_u = torch.log_softmax(scores[half:], dim=-1) if self.alpha != 0.0 else None
         if lp_u is not None and bool(torch.isnan(lp_u).any()):
@@ -908,7 +990,7 @@ class PMIDecode(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.paired:
             return self._paired_call(input_ids, scores)
-        if self.alpha == 0.0 and self.p >= 1.0:
+        if self.alpha == 0.0 and self.p >= 1.0 and not self.normalize:
             return scores
         lp_u = None
         if self.alpha != 0.0:

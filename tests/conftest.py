@@ -1,11 +1,28 @@
 """Test-wide settings: the suite never touches the network, so hub look-ups fail at once."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+# The exactness tests (marked ``exactness``) also run on a GPU:
+#     PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness
+# tiny_models.py puts the models there; matrix products run in full float32 (no TF32), and only
+# the modules that hold exactness tests are collected (the others import packages a GPU machine
+# may lack, and build CPU tensors by hand).
+if os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu") != "cpu":
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    EXACTNESS_MODULES = {
+        "test_processor.py", "test_generation.py", "test_generation_options.py", "test_exact_or_refused.py",
+        "test_adaptive.py", "test_conditional_end.py", "test_nucleus_projection.py", "test_own_length_prefill.py",
+        "test_normalize.py", "test_guards.py",
+    }
+    collect_ignore = [path.name for path in Path(__file__).parent.glob("test_*.py") if path.name not in EXACTNESS_MODULES]
 
 import pytest  # noqa: E402
 

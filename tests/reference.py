@@ -21,6 +21,7 @@ class ReferencePMIDecode(LogitsProcessor):
         self.unconditional_ids = unconditional_ids
         self.prompt_length = conditional_prompt_length
         self.enc_dec = model.config.is_encoder_decoder
+        self.gaps: list[float] = []  # per row and step: best score minus the runner-up's
 
     def _unconditional_log_probs(self, row_ids: torch.Tensor, prompt: list[int], dtype) -> torch.Tensor:
         device = row_ids.device
@@ -64,6 +65,9 @@ class ReferencePMIDecode(LogitsProcessor):
                 if self.plausibility and self.alpha != 0 and math.exp(lp_c[r, v].item() - top) < self.plausibility:
                     continue
                 out[r, v] = (1 - alpha) * lp_c[r, v] + alpha * (lp_c[r, v] - lp_u[v])
+            best = out[r].topk(min(2, out.shape[-1])).values.tolist()
+            if len(best) == 2 and math.isfinite(best[1]):
+                self.gaps.append(best[0] - best[1])
         return out
 
     def _row_alpha(self, lp_c_row, lp_u_row) -> float:

@@ -42,6 +42,7 @@ def reference(model, inputs, rule, p):
 RULE = AdaptiveAlpha(max_alpha=1.0, exponent=0.2)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["bart", "llama"])
 @pytest.mark.parametrize("mode", list(MODES))
 def test_equals_slow_reference(kind, mode):
@@ -70,6 +71,7 @@ def test_differs_from_every_fixed_alpha_it_takes(kind):
     assert not torch.equal(adaptive, fixed)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["bart", "llama"])
 @pytest.mark.parametrize("mode", ["greedy", "beam"])
 def test_paired_equals_separate(kind, mode):
@@ -195,3 +197,16 @@ def test_cli_accepts_adaptive_alpha_and_guards():
                 ["--repetition-penalty", "0"]):
         with pytest.raises(SystemExit):
             parser.parse_args(["generate", "--input", "a", "--output", "b", *bad])
+
+
+def test_the_rule_scales_the_powered_divergence():
+    """alpha_t = max_alpha * JSD ** exponent, not (max_alpha * JSD) ** exponent: with max_alpha
+    below 1 the two differ (every other test here uses max_alpha 1)."""
+    torch.manual_seed(0)
+    lp_c = torch.log_softmax(3 * torch.randn(5, 40, dtype=torch.float64), dim=-1)
+    lp_u = torch.log_softmax(3 * torch.randn(5, 40, dtype=torch.float64), dim=-1)
+    rule = AdaptiveAlpha(max_alpha=0.4, exponent=0.5)
+    jsd = [jensenshannon(c.exp().numpy(), u.exp().numpy(), base=2) ** 2 for c, u in zip(lp_c, lp_u)]
+    expected = torch.tensor([0.4 * float(d) ** 0.5 for d in jsd], dtype=torch.float64).unsqueeze(-1)
+    torch.testing.assert_close(rule.weights(lp_c, lp_u), expected)
+    assert not torch.allclose(expected, torch.tensor([(0.4 * float(d)) ** 0.5 for d in jsd]).unsqueeze(-1).double())

@@ -131,6 +131,7 @@ def test_a_nucleus_of_end_tokens_only_and_bad_ids():
         PMIDecode(0.5, 0.9, conditional_end=1)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "bart"])
 @pytest.mark.parametrize("mode,normalize", [(m, False) for m in MODES] + [("beam", True), ("beam_sampling", True)])
 def test_equals_slow_reference(kind, mode, normalize):
@@ -144,6 +145,7 @@ def test_equals_slow_reference(kind, mode, normalize):
     assert torch.equal(fast, slow)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "bart"])
 def test_both_pmi_generate_paths_equal_the_reference(kind):
     model, inputs = setup(kind)

@@ -36,6 +36,7 @@ def test_pmi_scores_normalised_rows():
         PMIDecode(0.5, 0.9, normalize="yes")
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "bart"])
 @pytest.mark.parametrize("mode", list(MODES))
 def test_normalised_equals_reference_then_log_softmax(kind, mode):
@@ -46,6 +47,7 @@ def test_normalised_equals_reference_then_log_softmax(kind, mode):
     assert torch.equal(fast, slow)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "bart"])
 def test_normalised_in_both_pmi_generate_paths(kind):
     model, inputs = setup(kind)

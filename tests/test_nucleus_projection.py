@@ -90,6 +90,7 @@ def slow_and_fast(kind, case):
     return generate(model, inputs, [proc], mode, **extra), expected, widths, model.config.vocab_size
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("kind", KINDS)
 def test_restricted_projection_equals_the_reference(kind, case):

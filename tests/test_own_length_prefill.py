@@ -82,6 +82,7 @@ def _prefilled_tokens(model, fn):
     return out, seen
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "gpt2", "bloom"])
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("layout", ["build_inputs", "extra_padding"])

@@ -5,10 +5,12 @@ import math
 
 import pytest
 import torch
+from transformers import DynamicCache
 from reference import ReferencePMIDecode, unpadded
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, nucleus_mask, pmi_scores
+from pmi_decode.processor import cache_keyword
 
 MODES = {
     "greedy": dict(),
@@ -45,6 +47,7 @@ def reference(model, inputs, alpha, p):
     )
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["bart", "llama", "t5", "gpt2"])
 @pytest.mark.parametrize("mode", list(MODES))
 def test_alpha0_p1_is_plain_generate(kind, mode):
@@ -54,6 +57,7 @@ def test_alpha0_p1_is_plain_generate(kind, mode):
     assert torch.equal(generate(model, inputs, [pmi], mode), plain)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["bart", "llama"])
 @pytest.mark.parametrize("mode", ["greedy", "beam", "beam_sampling", "sampling"])
 def test_equals_slow_reference(kind, mode):
@@ -66,6 +70,7 @@ def test_equals_slow_reference(kind, mode):
     assert not torch.equal(fast, generate(model, inputs, [], mode))
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "bart"])
 def test_alpha_zero_with_p_below_one_goes_through_the_nucleus(kind):
     """alpha = 0, p < 1 is not the early return: the scores go through pmi_scores, and sampling
@@ -77,6 +82,7 @@ def test_alpha_zero_with_p_below_one_goes_through_the_nucleus(kind):
     assert not torch.equal(fast, generate(model, inputs, [], "sampling"))
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["gpt2", "t5", "bloom"])
 def test_equals_slow_reference_other_families(kind):
     # transformers' BLOOM yields NaN for left-padded rows in float64, so it runs in float32
@@ -291,6 +297,7 @@ def test_bare_processor_refuses_a_batch_it_did_not_stack():
                 model.generate(**cond, logits_processor=[PMIDecode(0.5, 0.9)], max_new_tokens=3, **extra)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "bart"])
 def test_stack_and_conditional_equal_the_separate_path(kind):
     model, inputs = setup(kind)
@@ -356,6 +363,7 @@ def test_decoder_only_unrelated_rows_with_returned_sequences_are_refused():
         model.generate(**cond, logits_processor=[proc], max_new_tokens=3, do_sample=True, num_return_sequences=2)
 
 
+@pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_right_padded_unconditional_inputs_are_repadded(kind):
     model, inputs = setup(kind)
@@ -366,9 +374,10 @@ def test_right_padded_unconditional_inputs_are_repadded(kind):
         right["input_ids"][row, : tokens.numel()] = tokens
         right["attention_mask"][row, : tokens.numel()] = 1
     assert bool((right["attention_mask"][:, -1] == 0).any()), "the batch must contain right padding"
-    proc = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=right)
-    got = generate(model, inputs, [proc], "greedy")
-    assert torch.equal(got, generate(model, inputs, [reference(model, inputs, 0.5, 0.9)], "greedy"))
+    for mode in ("greedy", "beam"):  # alpha 1: the branch's log-probs decide, so a misread row changes tokens
+        proc = PMIDecode(1.0, 0.9, model=model, unconditional_inputs=right)
+        got = generate(model, inputs, [proc], mode)
+        assert torch.equal(got, generate(model, inputs, [reference(model, inputs, 1.0, 0.9)], mode)), mode
 
 
 @pytest.mark.parametrize("forward_kwargs", [dict(use_cache=False), dict(use_cache=True)])
@@ -410,14 +419,14 @@ def test_sequences_that_do_not_continue_the_step_raise():
     ids = inputs["conditional"]["input_ids"]
     cache = DynamicCache()
     with torch.no_grad():
-        logits = model(**inputs["conditional"], past_key_values=cache).logits[:, -1]
+        logits = model(**inputs["conditional"], **{cache_keyword(model): cache}).logits[:, -1]
     proc(ids, logits)
     step = torch.cat([ids, torch.tensor([[5], [6], [7]])], dim=1)
     edited = step.clone()
     edited[0, -2] = (edited[0, -2] + 1) % 320  # the previous token of row 0 changed
     with torch.no_grad():
         mask = torch.cat([inputs["conditional"]["attention_mask"], torch.ones(3, 1, dtype=torch.long)], 1)
-        logits = model(input_ids=step[:, -1:], attention_mask=mask, past_key_values=cache).logits[:, -1]
+        logits = model(input_ids=step[:, -1:], attention_mask=mask, **{cache_keyword(model): cache}).logits[:, -1]
     with pytest.raises(ValueError, match="do not continue"):
         proc(edited, logits)
 
@@ -436,7 +445,7 @@ def test_continuing_an_output_with_a_prefix_cache_starts_a_new_generation():
     for processor in (proc, PMIDecode(1.0, 1.0, model=model, unconditional_inputs=inputs["unconditional"])):
         with torch.no_grad():
             cache, _ = prefill(twin, out[:, :-1], mask[:, :-1])
-        runs.append(model.generate(**cont, logits_processor=[processor], past_key_values=cache, max_new_tokens=4))
+        runs.append(model.generate(**cont, logits_processor=[processor], **{cache_keyword(model): cache}, max_new_tokens=4))
     assert torch.equal(runs[0], runs[1])
 
 
@@ -566,3 +575,42 @@ def test_nucleus_sorts_only_the_rows_that_need_it_and_finds_the_same_set():
     got = nucleus_mask(lp, 0.9)
     assert torch.equal(got, expected)
     assert (got[1::2].sum(-1) > 64).all() and (got[::2].sum(-1) <= 64).all()
+
+
+@pytest.mark.parametrize("kind,message", [("llama", "generate's prompts are not the stacked batch"),
+                                          ("bart", "generate's encoder inputs are not the stacked batch")])
+def test_stacked_processor_refuses_a_batch_of_the_same_size(kind, message):
+    """Same rows and width as the stacked batch, other content (the dialogues in another order):
+    only the content check can refuse it."""
+    model, inputs = setup(kind)
+    pmi = PMIDecode(0.5, 0.9)
+    batch = pmi.stack(inputs, model)
+    order = torch.tensor([1, 2, 0, 4, 5, 3])
+    shuffled = {key: value[order] for key, value in batch.items()}
+    with pytest.raises(ValueError, match=message):
+        model.generate(**shuffled, logits_processor=[pmi], max_new_tokens=3)
+
+
+def test_a_beam_that_continues_no_previous_beam_raises():
+    """With beams (two copies of each prompt), a row whose generated prefix matches neither row of
+    its group at the previous step is an error, even when the prompt and other rows match."""
+    model, inputs = setup("llama")
+    cond = {key: value.repeat_interleave(2, dim=0) for key, value in inputs["conditional"].items()}
+    proc = _separate(model, inputs)
+    ids, mask = cond["input_ids"], cond["attention_mask"]
+    cache, keyword = DynamicCache(), cache_keyword(model)
+    steps = [ids]
+    for tokens in ([5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]):
+        steps.append(torch.cat([steps[-1], torch.tensor(tokens).unsqueeze(1)], dim=1))
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, **{keyword: cache}).logits[:, -1]
+        proc(ids, logits)
+        mask = torch.cat([mask, torch.ones(6, 1, dtype=torch.long)], 1)
+        logits = model(input_ids=steps[1][:, -1:], attention_mask=mask, **{keyword: cache}).logits[:, -1]
+        proc(steps[1], logits)
+        mask = torch.cat([mask, torch.ones(6, 1, dtype=torch.long)], 1)
+        logits = model(input_ids=steps[2][:, -1:], attention_mask=mask, **{keyword: cache}).logits[:, -1]
+    edited = steps[2].clone()
+    edited[0, -2] = 7  # row 0 now continues "7", which neither row of its group (5, 6) wrote
+    with pytest.raises(ValueError, match="do not continue"):
+        proc(edited, logits)

@@ -41,7 +41,13 @@ def _llama():
 
 
 def _bart():
-    return tiny_model("bart", dtype=torch.float32, logit_scale=PEAKED["bart"]), tiny_tokenizer("bart")
+    """A tiny BART with facebook/bart-large's own generation defaults (forced BOS/EOS, no-repeat
+    3-grams, 4 beams, early stopping, no length limit), which the README's example inherits."""
+    model = tiny_model("bart", dtype=torch.float32, logit_scale=PEAKED["bart"])
+    config = model.generation_config
+    config.forced_bos_token_id, config.forced_eos_token_id = 0, 2
+    config.no_repeat_ngram_size, config.num_beams, config.early_stopping = 3, 4, True
+    return model, tiny_tokenizer("bart")
 
 
 def _bloom():

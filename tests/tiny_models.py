@@ -7,6 +7,7 @@ the tests exercise the real transformers code paths (caches, beam search, paddin
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -72,8 +73,21 @@ def tiny_tokenizer(kind: str = "llama", *, chat: bool = False, vocab_size: int =
     return tok
 
 
+# PMI_DECODE_TEST_DEVICE=cuda puts every tiny model (and so the inputs built for it) on that
+# device, where the float64 models run in float32 as users run them (TF32 is switched off in
+# conftest.py; PMI_DECODE_TEST_DTYPE=float64 keeps float64, =float32 asks for float32 on a CPU).
+TEST_DEVICE = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu")
+_TEST_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
 def _finish(model, dtype):
-    model = model.to(dtype)
+    override = os.environ.get("PMI_DECODE_TEST_DTYPE", None if TEST_DEVICE == "cpu" else "float32")
+    if override is not None:
+        if override not in _TEST_DTYPES:
+            raise ValueError(f"PMI_DECODE_TEST_DTYPE must be float32 or float64, got {override!r}")
+        if dtype == torch.float64:
+            dtype = _TEST_DTYPES[override]
+    model = model.to(device=TEST_DEVICE, dtype=dtype)
     model.eval()
     return model
 

@@ -35,6 +35,7 @@ from ..inputs import (
     pad_token_id,
     use_chat_template_for,
 )
+from ..processor import cache_keyword, returned_cache
 
 logger = logging.getLogger(__name__)
 
@@ -282,7 +283,7 @@ class PMIFaith:
         if self._takes_logits_to_keep:
             kwargs["logits_to_keep"] = 1
         out = self.model(**kwargs)
-        cache = getattr(out, "past_key_values", None)
+        cache = returned_cache(out)
         if cache is None or not hasattr(cache, "reorder_cache"):
             return None
         first = torch.log_softmax(_upcast(out.logits[0, -1]), -1).to(torch.float64).cpu()  # one row: cheap
@@ -296,7 +297,8 @@ class PMIFaith:
                 rows = copy.deepcopy(cache)
                 rows.reorder_cache(torch.zeros(len(chunk), dtype=torch.long, device=device))
                 mask = torch.cat([ctx_mask.expand(len(chunk), -1), rest["attention_mask"]], dim=-1)
-                kwargs = dict(input_ids=rest["input_ids"], attention_mask=mask, past_key_values=rows, use_cache=True)
+                kwargs = dict(input_ids=rest["input_ids"], attention_mask=mask, use_cache=True,
+                              **{cache_keyword(self.model): rows})
                 if self._takes_position_ids:
                     kwargs["position_ids"] = torch.arange(len(context), len(context) + width, device=device).expand(
                         len(chunk), -1)
