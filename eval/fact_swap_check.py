@@ -196,6 +196,10 @@ def main(argv=None) -> dict:
     columns = {**fit_script.REPORTED}
     del columns["FaithScore"]
     for name, feature_set in fit_script.CANDIDATE_FEATURE_SETS.items():
+        lacking = [f for f in feature_set if any(f not in r for r in dev_rows["begin"] + dev_rows["audit"])]
+        if lacking:  # per-row files written before these features existed
+            logger.warning("candidate %s skipped: the per-row files lack %s", name, lacking)
+            continue
         specs = {d: fit_script.fit(dev_rows[d], feature_set) for d in fit_script.DATASETS}
         column = f"faith_{name}"
         columns[f"FaithScore {name} (fitted on the other set)"] = column

@@ -7,7 +7,7 @@ Reads the token caches written by ``eval/faith_tokens.py`` for BEGIN dev and the
 audit (``.cache/faith/{begin,audit}-<scorer>.jsonl``) or, with ``--from-rows DIR``, the per-row
 files this script wrote before (PMI values as stored, texts joined back by key, every text-only
 feature computed again), computes every feature of :mod:`pmi_decode.metrics.faith_score`
-(PMI-Faith means and aggregations, overlap, length, fact units) plus ROUGE-L and the
+(PMI-Faith means and aggregations, overlap, length, fact units, fact units wrong in context) plus ROUGE-L and the
 sentence-encoder features (cached by key in ``--semantic-cache``), and reports for each data set,
 side by side:
 
@@ -50,7 +50,8 @@ sys.path.insert(0, str(ROOT / "eval"))
 from faith_tokens import load_rows, read_cache, row_key  # noqa: E402
 
 from pmi_decode.metrics import meta_eval  # noqa: E402
-from pmi_decode.metrics.fact_support import FACT_FEATURES, fact_features  # noqa: E402
+from pmi_decode.metrics.fact_support import (  # noqa: E402
+    FACT_FEATURES, WRONG_FACT_FEATURES, fact_features, wrong_fact_features)
 from pmi_decode.metrics.faith_score import features, lexical_features  # noqa: E402
 from pmi_decode.metrics.overlap import rouge_l  # noqa: E402
 from pmi_decode.metrics.semantic_support import SEMANTIC_FEATURES, semantic_features  # noqa: E402
@@ -83,6 +84,19 @@ CANDIDATE_FEATURE_SETS = {
     "full9_facts_semantic": ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
                              "content_in_document", "unsupported_content", "unigram_f1", "log_words",
                              *FACT_FEATURES, *SEMANTIC_FEATURES),
+    # Declared after the seven above were compared, before any dev number of the in-context counts
+    # (pmi_decode.metrics.fact_support.wrong_facts) was computed: each scorer's shipped set
+    # (support_facts for SmolLM2, full9_facts for Gemma) plus the count of wrong facts in context,
+    # or plus that count split into numbers and names.
+    "support_facts_wrong": ("content_in_document", "pmi_min_mean", *FACT_FEATURES, "wrong_facts_in_context"),
+    "support_facts_wrong_split": ("content_in_document", "pmi_min_mean", *FACT_FEATURES,
+                                  "wrong_numbers_in_context", "wrong_names_in_context"),
+    "full9_facts_wrong": ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
+                          "content_in_document", "unsupported_content", "unigram_f1", "log_words",
+                          *FACT_FEATURES, "wrong_facts_in_context"),
+    "full9_facts_wrong_split": ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
+                                "content_in_document", "unsupported_content", "unigram_f1", "log_words",
+                                *FACT_FEATURES, "wrong_numbers_in_context", "wrong_names_in_context"),
 }
 TIE = 0.002
 #: Sentence-encoder features by row key (they depend on the texts only, so every scorer shares them).
@@ -104,13 +118,17 @@ REPORTED = {
     "Unsupported entities (negated)": "neg_unsupported_entities",
     "Fact support share": "fact_support_share",
     "Weakest sentence support": "weakest_sentence_support",
+    "Wrong facts in context (negated)": "neg_wrong_facts_in_context",
+    "Wrong numbers in context (negated)": "neg_wrong_numbers_in_context",
+    "Wrong names in context (negated)": "neg_wrong_names_in_context",
     "Closest document sentence, MiniLM cosine": "doc_sentence_cosine",
     "Weakest sentence, MiniLM cosine": "weakest_sentence_cosine",
     "FaithScore": "faith_score",
 }
 #: Negated copies of "lower = more faithful" counts, so every reported column ranks the same way.
 NEGATED = {"neg_unsupported_content": "unsupported_content", "neg_unsupported_numbers": "unsupported_numbers",
-           "neg_unsupported_entities": "unsupported_entities"}
+           "neg_unsupported_entities": "unsupported_entities",
+           **{f"neg_{name}": name for name in WRONG_FACT_FEATURES}}
 #: Fewer scored rows of a dev set than this: that set is left out (one-set report, or an error).
 MIN_ROWS = 50
 
@@ -188,7 +206,8 @@ def rows_from_file(dataset: str, data_dir: Path, path: Path, nlp, nlp_ner=None) 
     """Feature rows of one dev set from a committed per-row file (``rows_<dataset>_<scorer>.jsonl``)
     instead of a token cache. The PMI values are read as stored (6 significant digits; they cannot
     be recomputed without the scorer); the texts are joined back by ``key`` from the data set, and
-    every text-only feature (overlap, lexical support, :data:`FACT_FEATURES`, ROUGE-L) is computed
+    every text-only feature (overlap, lexical support, :data:`FACT_FEATURES`,
+    :data:`WRONG_FACT_FEATURES`, ROUGE-L) is computed
     from them at full precision, as :func:`build_rows` does. A key that appears several times in
     the data set (the same document, turn and response) is matched in order, as it was written."""
     queues: dict[str, list] = {}
@@ -207,6 +226,7 @@ def rows_from_file(dataset: str, data_dir: Path, path: Path, nlp, nlp_ner=None) 
                              f"but the data says {int(example.faithful)}/{example.model_name}")
         row.update(lexical_features(example.knowledge, example.history, example.response, nlp))
         row.update(fact_features(example.knowledge, example.history, example.response, nlp=nlp, nlp_ner=nlp_ner))
+        row.update(wrong_fact_features(example.knowledge, example.history, example.response, nlp=nlp, nlp_ner=nlp_ner))
         rows.append(_with_texts(row, example))
     return _add_rouge_l(rows)
 
@@ -326,8 +346,10 @@ def markdown(report: dict) -> str:
     if selection:
         lines += ["", f"Feature-set candidates ({selection['rule']}); chosen: {selection['chosen']}, used: "
                   + ", ".join(selection["used"]) + ".", "",
-                  "| Candidate | features | transfer AUROC BEGIN | transfer AUROC audit | mean |", "|---|---|---|---|---|"]
-        lines += [f"| {name} | {', '.join(c['features'])} | {c['begin']:.3f} | {c['audit']:.3f} | {c['mean']:.3f} |"
+                  "| Candidate | features | transfer AUROC BEGIN | transfer AUROC audit | mean "
+                  "| cross-fit AUROC BEGIN | cross-fit AUROC audit |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {name} | {', '.join(c['features'])} | {c['begin']:.3f} | {c['audit']:.3f} | {c['mean']:.3f} | "
+                  + " | ".join(f"{c[k]:.3f}" if k in c else "-" for k in ("cv_begin", "cv_audit")) + " |"
                   for name, c in selection["candidates"].items()]
     for d, by_source in report.get("by_source", {}).items():
         sources = list(by_source)
@@ -397,10 +419,31 @@ def transfer_aurocs(rows: dict, feature_set) -> dict:
     return result
 
 
-def select_feature_set(rows: dict) -> dict:
-    """Every candidate's transfer AUROCs, and the chosen one (best mean; smaller set on a tie)."""
+def cross_fit_aurocs(rows: dict, feature_set, folds: dict) -> dict:
+    """AUROC (strict labels) of the out-of-fold predictions of the 5-fold cross-fit within each set
+    (the folds of the report, so the used set's value equals its "FaithScore (CV)" AUROC)."""
+    from sklearn.metrics import roc_auc_score
+
+    result = {}
+    for d in DATASETS:
+        oof = np.zeros(len(rows[d]))
+        for fold in range(FOLDS):
+            train = [r for r, f in zip(rows[d], folds[d]) if f != fold]
+            test_index = np.flatnonzero(folds[d] == fold)
+            oof[test_index] = predict(fit(train, feature_set), [rows[d][i] for i in test_index])
+        result[d] = float(roc_auc_score([r["label"] for r in rows[d]], oof))
+    return result
+
+
+def select_feature_set(rows: dict, folds: dict | None = None) -> dict:
+    """Every candidate's transfer AUROCs (and, given the folds, its cross-fit AUROCs as
+    ``cv_begin``/``cv_audit``: reported, not used by the rule), and the chosen one (best mean;
+    smaller set on a tie)."""
     candidates = {name: {"features": list(fs), **transfer_aurocs(rows, fs)}
                   for name, fs in CANDIDATE_FEATURE_SETS.items()}
+    if folds is not None:
+        for name, fs in CANDIDATE_FEATURE_SETS.items():
+            candidates[name].update({f"cv_{d}": v for d, v in cross_fit_aurocs(rows, fs, folds).items()})
     best = max(c["mean"] for c in candidates.values())
     near = [name for name, c in candidates.items() if c["mean"] >= best - TIE]
     chosen = min(near, key=lambda name: (len(CANDIDATE_FEATURE_SETS[name]), -candidates[name]["mean"]))
@@ -498,7 +541,7 @@ def main(argv=None) -> dict:
         row.setdefault("fit_label", row["label"])
     folds = {d: meta_eval.stratified_folds(strata(rows[d]), FOLDS, 0) for d in DATASETS}
     global FEATURE_SET
-    selection = select_feature_set(rows)
+    selection = select_feature_set(rows, folds)
     FEATURE_SET = CANDIDATE_FEATURE_SETS[selection["chosen"] if args.feature_set == "auto" else args.feature_set]
     selection["used"] = list(FEATURE_SET)
     logger.info("feature sets: %s", selection)
@@ -590,7 +633,12 @@ def main(argv=None) -> dict:
     if args.write_coefficients:
         union = fit(rows["begin"] + rows["audit"], FEATURE_SET)
         union.update(scorer_model=args.scorer_model, fitted_on={d: report["datasets"][d] for d in DATASETS},
-                     fitted_by=f"eval/fit_faith_score.py --scorer-model {args.scorer_model} --write-coefficients",
+                     fitted_by=" ".join(["eval/fit_faith_score.py", "--scorer-model", args.scorer_model,
+                                         *(["--from-rows", args.from_rows] if args.from_rows else []),
+                                         *(["--feature-set", args.feature_set] if args.feature_set != "auto" else []),
+                                         *(["--audit-fit-labels", "strict"] if args.audit_fit_labels == "strict" else []),
+                                         "--write-coefficients"]),
+                     feature_set_name=selection["chosen"] if args.feature_set == "auto" else args.feature_set,
                      labels="BEGIN: Fully attributable = 1; data audit: " + (
                          "entailment alone = 1 (strict mapping)" if args.audit_fit_labels == "strict"
                          else "entailment without hallucination = 1 (lenient mapping)"))

@@ -70,6 +70,29 @@ def test_features_from_a_token_row_cover_every_feature_and_drop_eos():
     assert bad["cpmi_low3"] < out["cpmi_low3"] and bad["cpmi_supported_share"] < out["cpmi_supported_share"]
 
 
+LIBRARY = ("The library is open 9 am to 8 pm on weekdays and 10 am to 4 pm on Saturdays. "
+           "Members can borrow 12 books for 3 weeks.")
+
+
+def test_features_count_facts_wrong_in_context():
+    """Every unit of "9 am to 4 pm" is in the document, so the unsupported counts stay 0; the
+    range is not one the document holds, and "3 books" takes the 3 of "3 weeks"."""
+    def row_of(response):
+        tokens = response.split() + ["<eos>"]
+        return features({"tokens": tokens, "token_cpmi": [1.0] * len(tokens), "token_upmi": [1.0] * len(tokens)},
+                        LIBRARY, [], response, nlp=NLP, eos_token="<eos>")
+
+    right = row_of("It is open 9 am to 8 pm on weekdays.")
+    joined = row_of("It is open 9 am to 4 pm on weekdays.")
+    counted = row_of("You can borrow up to 3 books.")
+    for row in (right, joined, counted):
+        assert row["unsupported_numbers"] == 0.0 and row["fact_support_share"] == 1.0
+    assert right["wrong_facts_in_context"] == 0.0
+    for row in (joined, counted):
+        assert row["wrong_facts_in_context"] == row["wrong_numbers_in_context"] == 1.0
+        assert row["wrong_names_in_context"] == 0.0
+
+
 def test_registered_in_the_score_registry():
     assert {"faith_score", "pmi_faith_words"} <= set(available_metrics())
 
@@ -157,3 +180,21 @@ def test_fact_features_reach_the_score_and_the_encoder_loads_only_when_needed():
     assert bad["faith_score"] < good["faith_score"]
     FaithScore(pmi, coefficients=spec(), sentence_encoder=encoder).score([DOC], [HISTORY], ["In 1959."])
     assert encoder.calls == 1  # no semantic feature in that file: the encoder is not run
+
+
+def test_wrong_fact_counts_reach_the_score():
+    """A coefficient file that uses the in-context counts: FaithScore computes them at score time
+    (a row without them would be refused by FaithModel.logit), and a joined range lowers the score."""
+    from tiny_models import tiny_model, tiny_tokenizer
+
+    from pmi_decode.metrics import FaithScore, PMIFaith
+
+    pmi = PMIFaith(tiny_model("llama"), tiny_tokenizer("llama"), include_eos=True, allow_empty_history=True)
+    wrong = spec(features=["wrong_facts_in_context", "wrong_numbers_in_context"], mean=[0.2, 0.1], std=[0.5, 0.3],
+                 coef=[-1.0, -0.5])
+    good, bad = FaithScore(pmi, coefficients=wrong).score(
+        [LIBRARY, LIBRARY], [[], []], ["It is open 9 am to 8 pm on weekdays.", "It is open 9 am to 4 pm on weekdays."])
+    assert good["wrong_facts_in_context"] == 0.0 and bad["wrong_facts_in_context"] == 1.0
+    assert bad["wrong_numbers_in_context"] == 1.0 and bad["wrong_names_in_context"] == 0.0
+    assert bad["faith_score"] < good["faith_score"]
+    assert bad["faith_score"] == pytest.approx(FaithModel.load(wrong).probability(bad))

@@ -118,6 +118,11 @@ def test_from_rows_reproduces_the_fit_from_the_token_caches(dev_sets):
     rows = [json.loads(line) for line in (root / "b" / "rows_audit_tiny.jsonl").open()]
     assert any(r["unsupported_numbers"] > 0 for r in rows) and any(r["unsupported_entities"] > 0 for r in rows)
     assert all(r["unsupported_numbers"] == 0 and r["unsupported_entities"] == 0 for r in rows if r["label_lenient"])
+    # ... and so were the in-context counts (a wrong year is also a wrong fact in context), reported like the others
+    assert any(r["wrong_facts_in_context"] > 0 and r["wrong_numbers_in_context"] > 0 for r in rows)
+    assert all(r["wrong_facts_in_context"] == r["wrong_numbers_in_context"] + r["wrong_names_in_context"] for r in rows)
+    for name in ("Wrong facts in context (negated)", "Wrong numbers in context (negated)"):
+        assert from_rows["metrics"][name]["audit"]["auroc"] == pytest.approx(from_cache["metrics"][name]["audit"]["auroc"])
 
 
 def test_every_declared_candidate_is_reported(dev_sets):
@@ -126,6 +131,19 @@ def test_every_declared_candidate_is_reported(dev_sets):
     assert set(selection["candidates"]) == set(fit_faith_score.CANDIDATE_FEATURE_SETS)
     best = max(c["mean"] for c in selection["candidates"].values())
     assert selection["candidates"][selection["chosen"]]["mean"] >= best - fit_faith_score.TIE
+    # every candidate's cross-fit AUROCs too, with the report's folds: the used set's equal its FaithScore (CV) row
+    used = next(name for name, fs in fit_faith_score.CANDIDATE_FEATURE_SETS.items() if list(fs) == selection["used"])
+    for d in ("begin", "audit"):
+        assert all(0.0 <= c[f"cv_{d}"] <= 1.0 for c in selection["candidates"].values())
+        assert selection["candidates"][used][f"cv_{d}"] == pytest.approx(report["metrics"]["FaithScore (CV)"][d]["auroc"])
+
+
+def test_in_context_candidates_extend_the_shipped_sets():
+    """The candidates with the wrong-fact counts are the two shipped sets plus those counts only."""
+    sets = fit_faith_score.CANDIDATE_FEATURE_SETS
+    for base in ("support_facts", "full9_facts"):
+        assert sets[f"{base}_wrong"] == (*sets[base], "wrong_facts_in_context")
+        assert sets[f"{base}_wrong_split"] == (*sets[base], "wrong_numbers_in_context", "wrong_names_in_context")
 
 
 def test_a_rows_file_that_does_not_match_the_data_is_refused(dev_sets, tmp_path):

@@ -23,6 +23,15 @@ Scores (:func:`fact_features`; ``unsupported_*`` are counts, lower = more faithf
 * ``weakest_sentence_support`` - the lowest, over the response's sentences, share of content
   words found in the document: one invented sentence next to copied ones.
 
+In context (:func:`wrong_fact_features`, counts of :func:`wrong_facts`; lower = more faithful):
+a unit can occur in the document and still be wrong where the response puts it (a value from
+another sentence, a range the document does not hold, a number with another counted noun):
+
+* ``wrong_facts_in_context`` - fact units the sources do not state as the response states them
+  (invented ones included);
+* ``wrong_numbers_in_context`` / ``wrong_names_in_context`` - the same, split into units with a
+  number and the others.
+
 Everything here runs offline (spaCy ``en_core_web_sm``; without its NER only numbers are units).
 """
 
@@ -38,6 +47,8 @@ FACT_ENTITY_LABELS = frozenset({
     "DATE", "TIME", "PERCENT", "MONEY", "QUANTITY", "ORDINAL", "CARDINAL",
 })
 FACT_FEATURES = ("unsupported_numbers", "unsupported_entities", "fact_support_share", "weakest_sentence_support")
+#: Counts of :func:`wrong_facts` (the fact units not stated by the sources *in that context*).
+WRONG_FACT_FEATURES = ("wrong_facts_in_context", "wrong_numbers_in_context", "wrong_names_in_context")
 
 _NUMBER_WORDS = {
     word: str(value) for value, word in enumerate(
@@ -384,6 +395,15 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
         if reason is not None:
             wrong.append(dict(unit, reason=reason))
     return wrong
+
+
+def wrong_fact_features(document: str, history: Sequence[str], response: str, *, nlp=None, nlp_ner=None) -> dict:
+    """The :data:`WRONG_FACT_FEATURES` of one response: how many units :func:`wrong_facts`
+    returns, all of them and split into numeric units and the others (names, places, ...)."""
+    wrong = wrong_facts(document, history, response, nlp=nlp, nlp_ner=nlp_ner)
+    numbers = sum(bool(u["numeric"]) for u in wrong)
+    return {"wrong_facts_in_context": float(len(wrong)), "wrong_numbers_in_context": float(numbers),
+            "wrong_names_in_context": float(len(wrong) - numbers)}
 
 
 def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> str | None:

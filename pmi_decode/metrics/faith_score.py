@@ -4,7 +4,8 @@ A standardised logistic regression with a handful of features, each readable on 
 from: PMI-Faith's token means and word-level aggregations (:mod:`.token_aggregation`), how many
 of the response's content words the document contains, unigram F1, the response length, the
 fact units the document and history do not support (:mod:`.fact_support`: one wrong year or name
-counts as one) and the sentence-encoder similarity to the closest document sentence
+counts as one), the fact units they do not state in that context (:func:`.fact_support.wrong_facts`:
+a value from another sentence, a range the document does not hold) and the sentence-encoder similarity to the closest document sentence
 (:mod:`.semantic_support`, loaded only when a coefficient file uses it). Its
 coefficients, with the feature means and standard deviations, are JSON files inside the package
 (``pmi_decode/metrics/faith_score_coefficients/<scorer>.json``), fitted by ``eval/fit_faith_score.py`` on
@@ -35,7 +36,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
-from .fact_support import FACT_FEATURES
+from .fact_support import FACT_FEATURES, WRONG_FACT_FEATURES
 from .overlap import unigram_f1
 from .semantic_support import SEMANTIC_FEATURES
 
@@ -43,7 +44,7 @@ from .semantic_support import SEMANTIC_FEATURES
 FEATURES = (
     "cpmi_mean", "upmi_mean", "cpmi_content_mean", "cpmi_content_min", "cpmi_low3", "cpmi_supported_share",
     "cpmi_novel_mean", "pmi_min_mean", "upmi_low3", "content_in_document", "unsupported_content",
-    "unigram_f1", "log_words", *FACT_FEATURES,
+    "unigram_f1", "log_words", *FACT_FEATURES, *WRONG_FACT_FEATURES,
 )
 #: Features from the sentence encoder, computed only when a coefficient file uses them.
 ALL_FEATURES = FEATURES + SEMANTIC_FEATURES
@@ -100,7 +101,7 @@ def features(pmi_result: dict, document: str, history: Sequence[str], response: 
     ``return_tokens=True`` (or a cached row with ``tokens``, ``token_cpmi``, ``token_upmi``).
     ``cpmi_mean``/``upmi_mean`` leave out a final ``eos_token``. (The sentence-encoder features
     come from :func:`.semantic_support.semantic_features`, batched.)"""
-    from .fact_support import fact_features
+    from .fact_support import fact_features, wrong_fact_features
     from .token_aggregation import aggregate, load_nlp
 
     nlp = nlp if nlp is not None else load_nlp()
@@ -110,6 +111,7 @@ def features(pmi_result: dict, document: str, history: Sequence[str], response: 
     row.update(aggregate(tokens, cpmi, upmi, response, history, nlp=nlp))
     row.update(lexical_features(document, history, response, nlp))
     row.update(fact_features(document, history, response, nlp=nlp, nlp_ner=nlp_ner))
+    row.update(wrong_fact_features(document, history, response, nlp=nlp, nlp_ner=nlp_ner))
     return row
 
 
