@@ -535,16 +535,11 @@ def markdown(result: dict) -> str:
 def check_models(config, stages) -> None:
     """Before the first dialogue is decoded: every model the stages need must be loadable (the
     scorer used to fail only after the whole decoding stage)."""
-    from pmi_decode.models import ModelNotAvailableError, check_loadable
+    from pmi_decode.models import unloadable
 
     needed = ([("generator", config["generator"])] if "decode" in stages else []) + (
         [("scorer_model", config["scorer_model"])] if "score" in stages and config.get("scorer_model") else [])
-    problems = []
-    for role, name in needed:
-        try:
-            check_loadable(name)
-        except ModelNotAvailableError as err:
-            problems.append(f"{role} {name!r}: {err}")
+    problems = unloadable(needed)
     if problems:
         raise SystemExit("error: this run needs models that cannot be loaded, so nothing was decoded:\n  - "
                          + "\n  - ".join(problems))

@@ -411,3 +411,15 @@ def load_model_and_tokenizer(name: str | os.PathLike | None = "embedded", *, dev
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def unloadable(roles) -> list[str]:
+    """``"role 'name': why"`` for each ``(role, model name)`` that :func:`check_loadable` refuses,
+    so a run can name every missing model in one message before it starts."""
+    problems = []
+    for role, name in roles:
+        try:
+            check_loadable(name)
+        except ModelNotAvailableError as err:
+            problems.append(f"{role} {name!r}: {err}")
+    return problems

@@ -751,16 +751,12 @@ def check_models(config: SweepConfig, *, generator: bool, scorer: bool, grammar:
     (``generator``: cells are still to decode; ``scorer`` and ``grammar``: cells are still to score
     with the config's PMI-Faith scorer and grammar backend) and say in one message what is missing
     and how to get it. Returns the grammar checker it built (``None`` unless ``grammar``)."""
-    from .models import ModelNotAvailableError, check_loadable
+    from .models import ModelNotAvailableError, unloadable
 
-    problems, checker = [], None
+    checker = None
     roles = ([("generator", config.generator)] if generator else []) + (
         [("scorer_model", config.scorer_model)] if scorer and config.scorer_model else [])
-    for role, name in roles:
-        try:
-            check_loadable(name)
-        except ModelNotAvailableError as err:
-            problems.append(f"{role} {name!r}: {err}")
+    problems = unloadable(roles)
     if grammar:
         try:
             checker = make_grammar_checker(config)
