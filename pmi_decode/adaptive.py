@@ -15,6 +15,18 @@ AdaCAD's rule scaled by ``max_alpha``; an exponent below 1 (our addition, not Ad
 small divergences, since a small model's two distributions rarely differ by more than a few
 tenths of a bit even where the document decides the next word.
 
+A second signal, ``"cocoa:MAX[:EXP]"`` (``AdaptiveAlpha(signal="cocoa")``), follows the two
+signals of CoCoA (Khandelwal et al., EMNLP 2025, "CoCoA: Confidence- and Context-Aware Adaptive
+Decoding for Resolving Knowledge Conflicts"): a tail-sensitive divergence between the two
+distributions (Rényi of order 1/2, here as one minus the Bhattacharyya coefficient, which lies
+in [0, 1]) and the peakedness of the conditional distribution (the margin between its two most
+probable tokens). The combination is ours, not the paper's formula:
+
+    alpha_t = max_alpha * (1 - BC(P(.|d,h,r<t), P(.|h,r<t))) ** exponent * (1 - margin_t)
+
+PMI weighs in where the document moves the distribution and the model that reads it is not
+already decided; where it is (an answer being copied), the step stays close to plain decoding.
+
 Both distributions are the ones PMIDecode already holds, so the rule costs one pass over the
 vocabulary and works unchanged in every generate mode and in the paired path, where both halves
 get the same per-row weight.
@@ -28,7 +40,7 @@ from numbers import Real
 
 import torch
 
-__all__ = ["AdaptiveAlpha", "jensen_shannon_bits", "resolve_alpha", "alpha_setting", "parse_alpha", "alpha_label",
+__all__ = ["AdaptiveAlpha", "jensen_shannon_bits", "bhattacharyya", "top_margin", "resolve_alpha", "alpha_setting", "parse_alpha", "alpha_label",
            "alpha_order", "alpha_size"]
 
 _LN2 = math.log(2.0)
@@ -52,6 +64,23 @@ def jensen_shannon_bits(lp_c: torch.Tensor, lp_u: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(jsd, nan=0.0).clamp(0.0, 1.0)
 
 
+def bhattacharyya(lp_c: torch.Tensor, lp_u: torch.Tensor) -> torch.Tensor:
+    """Bhattacharyya coefficient sum(sqrt(p * q)) of each row's two distributions (log-probs over
+    the last dimension), in [0, 1]; the Rényi divergence of order 1/2 is -2 log of it. Never NaN."""
+    lp_c = torch.nan_to_num(lp_c.double(), nan=-math.inf, posinf=-math.inf)
+    lp_u = torch.nan_to_num(lp_u.double(), nan=-math.inf, posinf=-math.inf)
+    return torch.nan_to_num((0.5 * (lp_c + lp_u)).exp().sum(-1), nan=0.0).clamp(0.0, 1.0)
+
+
+def top_margin(lp_c: torch.Tensor) -> torch.Tensor:
+    """Probability of each row's most probable token minus that of the second (peakedness)."""
+    top = torch.nan_to_num(lp_c.double(), nan=-math.inf).exp().topk(2, dim=-1).values
+    return (top[..., 0] - top[..., 1]).clamp(0.0, 1.0)
+
+
+SIGNALS = ("jsd", "cocoa")
+
+
 @dataclass(frozen=True)
 class AdaptiveAlpha:
     """The adaptive weight rule: ``alpha_t = max_alpha * JSD_bits ** exponent`` per row and step.
@@ -63,12 +92,17 @@ class AdaptiveAlpha:
         max_alpha: the largest weight, in (0, 1]; reached only where the two distributions share
             no mass.
         exponent: in (0, 1]; 1 is AdaCAD's linear rule, smaller values raise small divergences.
+        signal: ``"jsd"`` (AdaCAD's Jensen-Shannon divergence) or ``"cocoa"`` (divergence times
+            the conditional's indecision, see the module docstring).
     """
 
     max_alpha: float = 1.0
     exponent: float = 0.5
+    signal: str = "jsd"
 
     def __post_init__(self):
+        if self.signal not in SIGNALS:
+            raise ValueError(f"adaptive alpha: signal must be one of {SIGNALS}, got {self.signal!r}")
         for name, value in (("max_alpha", self.max_alpha), ("exponent", self.exponent)):
             if isinstance(value, bool) or not isinstance(value, Real) or math.isnan(value) or not 0.0 < value <= 1.0:
                 raise ValueError(f"adaptive alpha: {name} must be a number in (0, 1], got {value!r}")
@@ -77,14 +111,18 @@ class AdaptiveAlpha:
 
     def weights(self, lp_c: torch.Tensor, lp_u: torch.Tensor) -> torch.Tensor:
         """Each row's alpha as a ``(rows, 1)`` tensor in ``lp_c``'s dtype."""
-        jsd = jensen_shannon_bits(lp_c, lp_u)
-        alpha = self.max_alpha * jsd.pow(self.exponent)
+        if self.signal == "cocoa":
+            divergence = 1.0 - bhattacharyya(lp_c, lp_u)
+            alpha = self.max_alpha * divergence.pow(self.exponent) * (1.0 - top_margin(lp_c))
+        else:
+            alpha = self.max_alpha * jensen_shannon_bits(lp_c, lp_u).pow(self.exponent)
         return alpha.to(lp_c.dtype).unsqueeze(-1)
 
     @property
     def spec(self) -> str:
-        """The string form (``adaptive:MAX_ALPHA:EXPONENT``) that :func:`parse_alpha` reads back."""
-        return f"adaptive:{self.max_alpha:g}:{self.exponent:g}"
+        """The string form (``adaptive:MAX_ALPHA:EXPONENT``, ``cocoa:...``) that :func:`parse_alpha` reads back."""
+        head = "adaptive" if self.signal == "jsd" else self.signal
+        return f"{head}:{self.max_alpha:g}:{self.exponent:g}"
 
     def __str__(self) -> str:
         return self.spec
@@ -97,19 +135,19 @@ def parse_alpha(value) -> float | AdaptiveAlpha:
     if isinstance(value, AdaptiveAlpha) or (isinstance(value, Real) and not isinstance(value, bool)):
         return value
     if not isinstance(value, str):
-        raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive[:MAX_ALPHA[:EXPONENT]]', got {value!r}")
+        raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive|cocoa[:MAX_ALPHA[:EXPONENT]]', got {value!r}")
     text = value.strip()
     head, _, rest = text.partition(":")
-    if head.lower() != "adaptive":  # a number given as text is refused too: pass the number
-        raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive[:MAX_ALPHA[:EXPONENT]]', got {value!r}")
+    if head.lower() not in ("adaptive", "cocoa"):  # a number given as text is refused too: pass the number
+        raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive|cocoa[:MAX_ALPHA[:EXPONENT]]', got {value!r}")
     parts = [part for part in rest.split(":")] if rest else []
     if len(parts) > 2:
-        raise ValueError(f"alpha {value!r}: expected 'adaptive', 'adaptive:MAX_ALPHA' or 'adaptive:MAX_ALPHA:EXPONENT'")
+        raise ValueError(f"alpha {value!r}: expected '{head}', '{head}:MAX_ALPHA' or '{head}:MAX_ALPHA:EXPONENT'")
     try:
         numbers = [float(part) for part in parts]
     except ValueError:
         raise ValueError(f"alpha {value!r}: MAX_ALPHA and EXPONENT must be numbers in (0, 1]") from None
-    return AdaptiveAlpha(*numbers)
+    return AdaptiveAlpha(*numbers, signal="jsd" if head.lower() == "adaptive" else "cocoa")
 
 
 def resolve_alpha(alpha, p) -> tuple[float | AdaptiveAlpha, float]:

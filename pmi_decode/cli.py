@@ -249,7 +249,9 @@ def _add_decoding_arguments(parser: argparse.ArgumentParser, defaults: dict) -> 
     parser.add_argument(
         "--alpha", type=_alpha, default=defaults["alpha"],
         help="weight of the PMI term in [0, 1]; 0 is plain decoding; 'adaptive[:MAX_ALPHA[:EXPONENT]]' sets it "
-        f"per token from how much the document changes the next-token distribution (default {defaults['alpha']})",
+        "per token from how much the document changes the next-token distribution (AdaCAD's signal); "
+        "'cocoa[:MAX_ALPHA[:EXPONENT]]' also lowers it where the model reading the document is already decided "
+        f"(CoCoA's signals) (default {defaults['alpha']})",
     )
     parser.add_argument(
         "--p", type=_unit_interval("--p", open_left=True), default=defaults["p"],

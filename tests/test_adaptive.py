@@ -210,3 +210,61 @@ def test_the_rule_scales_the_powered_divergence():
     expected = torch.tensor([0.4 * float(d) ** 0.5 for d in jsd], dtype=torch.float64).unsqueeze(-1)
     torch.testing.assert_close(rule.weights(lp_c, lp_u), expected)
     assert not torch.allclose(expected, torch.tensor([(0.4 * float(d)) ** 0.5 for d in jsd]).unsqueeze(-1).double())
+
+
+class ReferenceCocoaPMIDecode(ReferenceAdaptivePMIDecode):
+    """Each row's alpha from the CoCoA-style rule written out with numpy: one minus the
+    Bhattacharyya coefficient, powered, times one minus the top-2 margin."""
+
+    def _row_alpha(self, lp_c_row, lp_u_row) -> float:
+        import numpy as np
+
+        p, q = lp_c_row.exp().double().numpy(), lp_u_row.exp().double().numpy()
+        divergence = 1.0 - float(np.sqrt(p * q).sum())
+        top = np.sort(p)[::-1]
+        alpha = self.rule.max_alpha * max(divergence, 0.0) ** self.rule.exponent * (1.0 - (top[0] - top[1]))
+        self.alphas.append(alpha)
+        return alpha
+
+
+COCOA = AdaptiveAlpha(max_alpha=1.0, exponent=0.2, signal="cocoa")
+
+
+@pytest.mark.exactness
+@pytest.mark.parametrize("kind", ["bart", "llama"])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_cocoa_rule_equals_slow_reference(kind, mode):
+    model, inputs = setup(kind)
+    fast = generate(model, inputs, [PMIDecode(COCOA, 0.9, model=model, unconditional_inputs=inputs["unconditional"])],
+                    mode)
+    ref = ReferenceCocoaPMIDecode(COCOA, 0.9, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
+                                  conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1])
+    slow = generate(model, inputs, [ref], mode)
+    assert torch.equal(fast, slow)
+    assert len(set(round(a, 6) for a in ref.alphas)) > 10
+    assert not torch.equal(fast, generate(model, inputs, [], mode))  # the rule changes tokens
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_cocoa_rule_through_pmi_generate(paired):
+    model, inputs = setup("llama")
+    ref = ReferenceCocoaPMIDecode(COCOA, 0.9, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
+                                  conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1])
+    slow = generate(model, inputs, [ref], "beam")
+    torch.manual_seed(0)
+    fast = pmi_generate(model, inputs, alpha="cocoa:1:0.2", p=0.9, paired=paired, max_new_tokens=8, min_new_tokens=4,
+                        **MODES["beam"])
+    assert torch.equal(fast, slow)
+
+
+def test_cocoa_spec_round_trips_and_is_bounded():
+    rule = parse_alpha("cocoa:0.8:0.5")
+    assert rule == AdaptiveAlpha(0.8, 0.5, signal="cocoa") and alpha_setting(rule) == "cocoa:0.8:0.5"
+    assert parse_alpha("adaptive:0.8:0.5").signal == "jsd"
+    lp_c = torch.log_softmax(torch.randn(4, 30, dtype=torch.float64) * 3, -1)
+    lp_u = torch.log_softmax(torch.randn(4, 30, dtype=torch.float64), -1)
+    w = rule.weights(lp_c, lp_u)
+    assert w.shape == (4, 1) and bool(((w >= 0) & (w <= 0.8)).all())
+    assert torch.allclose(rule.weights(lp_c, lp_c), torch.zeros(4, 1, dtype=torch.float64))  # no divergence, no PMI
+    with pytest.raises(ValueError, match="signal"):
+        AdaptiveAlpha(signal="kl")
