@@ -1,14 +1,17 @@
-"""Is PMI-Decode at least as correct as plain decoding? One table per generated file.
+"""Is PMI-Decode at least as correct as plain decoding? One table per data set.
 
-    pmi-decode generate --input factual.jsonl --output factual.out.jsonl --compare
-    python eval/correctness_table.py factual.out.jsonl [more.out.jsonl ...] --output-dir docs/results/correctness
+    pmi-decode generate --input factual.jsonl --output factual.defaults.jsonl --compare
+    pmi-decode generate --input factual.jsonl --output factual.paper.jsonl --plausibility 0
+    python eval/correctness_table.py factual.defaults.jsonl factual.paper.jsonl \
+        --name factual --output-dir docs/results/correctness
 
-Each input file holds what ``pmi-decode generate --compare`` writes (``pmi_response`` and
-``plain_response`` for the same dialogues; records may carry ``answers`` and ``answerable``).
-Every response is scored with ``pmi-decode score``'s metrics (correctness, PMI-Faith,
-FaithScore, grammar), and each measure is reported for both systems with the mean paired
-difference (PMI-Decode minus plain) and its 90% paired bootstrap interval. Writes
-``<stem>.json`` and ``<stem>.md`` per file, and ``correctness.md`` with all of them.
+Each input file is what ``pmi-decode generate`` wrote for the same dialogues (records may carry
+``answers`` and ``answerable``). The baseline is ``plain_response`` of the first file that has one
+(``--compare``); every file's ``pmi_response`` is a system named after the file. Each response is
+scored with ``pmi-decode score``'s metrics (correctness, PMI-Faith, FaithScore, grammar); every
+measure is reported per system with the mean paired difference against plain decoding and its
+90% paired bootstrap interval, over the dialogues every system decoded. Writes
+``<name>.json`` and ``<name>.md``.
 """
 
 from __future__ import annotations
@@ -18,20 +21,20 @@ import json
 import random
 from pathlib import Path
 
-#: (score column, label, per-row transform, higher is better)
+#: (score column, label, per-row transform)
 MEASURES = (
-    ("answer_match", "answer match", None, True),
-    ("answer_recall", "answer recall", None, True),
-    ("wrong_numbers", "holds a wrong number", lambda v: float(v > 0), False),
-    ("wrong_names", "holds a wrong name", lambda v: float(v > 0), False),
-    ("asserts_unanswerable", "asserts an answer (unanswerable)", None, False),
-    ("recited_share", "recited past the answer", None, False),
-    ("response_words", "words", None, None),
-    ("faith_score", "FaithScore", None, True),
-    ("cpmi_mean", "PMI-Faith (nats/token)", None, True),
-    ("ungrammatical", "grammar flags", None, False),
+    ("answer_match", "answer match", None),
+    ("answer_recall", "answer recall", None),
+    ("wrong_numbers", "holds a wrong number", lambda v: float(v > 0)),
+    ("wrong_names", "holds a wrong name", lambda v: float(v > 0)),
+    ("asserts_unanswerable", "asserts an answer (unanswerable)", None),
+    ("recited_share", "recited past the answer", None),
+    ("response_words", "words", None),
+    ("faith_score", "FaithScore", None),
+    ("cpmi_mean", "PMI-Faith (nats/token)", None),
+    ("ungrammatical", "grammar flags", None),
 )
-SYSTEMS = ("plain_response", "pmi_response")
+PLAIN = "plain"
 
 
 def paired_bootstrap(base: list[float], other: list[float], *, resamples: int = 2000, level: float = 0.90,
@@ -48,66 +51,105 @@ def paired_bootstrap(base: list[float], other: list[float], *, resamples: int = 
             "high": means[min(resamples - 1, int((1 - tail) * resamples))], "n": n}
 
 
-def table(records: list[dict]) -> dict:
-    """Means per system and paired differences for every measure that both systems have."""
+def systems_from_files(files: dict[str, list[dict]]) -> tuple[dict[str, dict[str, dict]], list[dict]]:
+    """``{system: {id: record-with-response}}`` (plain first) and the dialogues all systems share."""
+    systems: dict[str, dict[str, dict]] = {}
+    for name, records in files.items():
+        if PLAIN not in systems and all(isinstance(r.get("plain_response"), str) for r in records):
+            systems[PLAIN] = {str(r["id"]): dict(r, response_text=r["plain_response"]) for r in records}
+        systems[name] = {str(r["id"]): dict(r, response_text=r["pmi_response"]) for r in records}
+    if PLAIN not in systems:
+        raise SystemExit("error: no input file holds plain_response for every record: decode one with --compare")
+    shared = set.intersection(*(set(rows) for rows in systems.values()))
+    first = next(iter(systems.values()))
+    dialogues = [first[i] for i in sorted(shared)]
+    return {name: {i: rows[i] for i in shared} for name, rows in systems.items()}, dialogues
+
+
+def score_systems(systems: dict[str, dict[str, dict]], metrics: list[str], **options) -> dict[str, dict[str, dict]]:
+    """The scores of every system's responses, by id."""
+    from pmi_decode.scoring import score_records
+
     out = {}
-    for key, label, transform, better in MEASURES:
-        pairs = []
-        for r in records:
-            values = [r["scores"].get(system, {}).get(key) for system in SYSTEMS]
-            if any(v is None for v in values):
+    for name, rows in systems.items():
+        records = [{"id": i, "document": r["document"], "history": r["history"], "pmi_response": r["response_text"],
+                    "answers": r.get("answers"), "answerable": r.get("answerable")} for i, r in rows.items()]
+        scored = score_records(records, metrics, **options)
+        out[name] = {r["id"]: r["scores"]["pmi_response"] for r in scored}
+    return out
+
+
+def table(scores: dict[str, dict[str, dict]]) -> dict:
+    """Per measure: each system's mean and its paired difference against plain (rows where both
+    have the measure)."""
+    out = {}
+    for key, label, transform in MEASURES:
+        row = {"label": label, "systems": {}}
+        for name, by_id in scores.items():
+            pairs = []
+            for i, values in by_id.items():
+                a, b = scores[PLAIN][i].get(key), values.get(key)
+                if a is None or b is None:
+                    continue
+                pairs.append([transform(v) if transform else float(v) for v in (a, b)])
+            if not pairs:
                 continue
-            pairs.append([transform(v) if transform else float(v) for v in values])
-        if not pairs:
-            continue
-        base, other = [p[0] for p in pairs], [p[1] for p in pairs]
-        out[key] = {"label": label, "higher_is_better": better, "n": len(pairs),
-                    "plain": sum(base) / len(base), "pmi": sum(other) / len(other),
-                    "pmi_minus_plain": paired_bootstrap(base, other)}
+            row["systems"][name] = {"n": len(pairs), "mean": sum(p[1] for p in pairs) / len(pairs),
+                                    "vs_plain": None if name == PLAIN else
+                                    paired_bootstrap([p[0] for p in pairs], [p[1] for p in pairs])}
+        if row["systems"]:
+            out[key] = row
     return out
 
 
 def markdown(name: str, result: dict, settings: dict, command: str) -> str:
-    lines = [f"### {name}", "", f"Settings of the PMI-Decode responses: `{json.dumps(settings, sort_keys=True)}`", "",
-             "| measure | n | plain | PMI-Decode (defaults) | difference [90% bootstrap] |", "|---|---:|---:|---:|---|"]
-    for key, row in result.items():
-        d = row["pmi_minus_plain"]
-        lines.append(f"| {row['label']} | {row['n']} | {row['plain']:.3f} | {row['pmi']:.3f} | "
-                     f"{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] |")
+    systems = list(next(iter(result.values()))["systems"])
+    lines = [f"### {name}", "", "Mean per system; below it, the mean paired difference against plain decoding "
+             "[90% bootstrap interval].", "",
+             "| measure | n | " + " | ".join(systems) + " |", "|---|---:|" + "---:|" * len(systems)]
+    for row in result.values():
+        n = max(s["n"] for s in row["systems"].values())
+        cells = []
+        for system in systems:
+            s = row["systems"].get(system)
+            if s is None:
+                cells.append("n/a")
+            elif s["vs_plain"] is None:
+                cells.append(f"{s['mean']:.3f}")
+            else:
+                d = s["vs_plain"]
+                cells.append(f"{s['mean']:.3f}<br>{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
+        lines.append(f"| {row['label']} | {n} | " + " | ".join(cells) + " |")
+    lines += ["", "Settings of each system's PMI-Decode responses:", ""]
+    lines += [f"- `{system}`: `{json.dumps(s, sort_keys=True)}`" for system, s in settings.items()]
     lines += ["", f"Command: `{command}`", ""]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("inputs", nargs="+", help="files written by pmi-decode generate --compare")
+    parser.add_argument("inputs", nargs="+", help="files written by pmi-decode generate for the same dialogues")
+    parser.add_argument("--name", required=True, help="the data set's name (output file stem)")
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--scorer-model", default="embedded", help="PMI-Faith and FaithScore scorer (default embedded)")
     parser.add_argument("--metrics", default="correctness,pmi_faith,faith_score,grammar")
     args = parser.parse_args(argv)
-    from pmi_decode.scoring import read_jsonl, score_records
+    from pmi_decode.scoring import read_jsonl
 
+    files = {Path(path).name.replace(".jsonl", ""): read_jsonl(path) for path in args.inputs}
+    systems, dialogues = systems_from_files(files)
+    scores = score_systems(systems, args.metrics.split(","), scorer_model=args.scorer_model)
+    result = table(scores)
+    command = "python eval/correctness_table.py " + " ".join(args.inputs) + \
+        f" --name {args.name} --output-dir {args.output_dir}"
+    settings = {name: records[0].get("settings") for name, records in files.items()}
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    parts = []
-    for path in args.inputs:
-        records = read_jsonl(path)
-        missing = [r.get("id") for r in records if not all(isinstance(r.get(s), str) for s in SYSTEMS)]
-        if missing:
-            raise SystemExit(f"error: {path}: {len(missing)} records lack pmi_response or plain_response "
-                             f"(decode with --compare), e.g. id {missing[0]!r}")
-        for r in records:
-            r.pop("response", None)  # the gold answer is not a system
-        scored = score_records(records, args.metrics.split(","), scorer_model=args.scorer_model)
-        result = table(scored)
-        stem = Path(path).name.replace(".jsonl", "")
-        command = f"python eval/correctness_table.py {path} --output-dir {args.output_dir}"
-        (out_dir / f"{stem}.json").write_text(json.dumps({"file": str(path), "command": command, "n": len(records),
-                                                          "settings": records[0].get("settings"), "table": result},
-                                                         indent=1), encoding="utf-8")
-        parts.append(markdown(stem, result, records[0].get("settings") or {}, command))
-        print(parts[-1], flush=True)
-    (out_dir / "correctness.md").write_text("\n".join(parts), encoding="utf-8")
+    (out_dir / f"{args.name}.json").write_text(json.dumps(
+        {"command": command, "n": len(dialogues), "settings": settings, "table": result}, indent=1), encoding="utf-8")
+    text = markdown(args.name, result, settings, command)
+    (out_dir / f"{args.name}.md").write_text(text, encoding="utf-8")
+    print(text, flush=True)
     return 0
 
 

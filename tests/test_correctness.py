@@ -179,8 +179,18 @@ def test_correctness_table_paired_bootstrap():
     d = module.paired_bootstrap([0.0] * 10, [1.0] * 5 + [0.0] * 5)
     assert d["diff"] == 0.5 and d["low"] < 0.5 < d["high"] and d["n"] == 10
     assert module.paired_bootstrap([1.0, 1.0], [1.0, 1.0])["diff"] == 0.0
-    records = [{"scores": {"plain_response": {"answer_match": 1.0, "wrong_numbers": 2.0},
-                           "pmi_response": {"answer_match": 0.0, "wrong_numbers": 0.0}}}]
-    table = module.table(records)
-    assert table["answer_match"]["pmi_minus_plain"]["diff"] == -1.0
-    assert table["wrong_numbers"]["plain"] == 1.0   # a response holding a wrong number counts once
+    base = {"id": "a", "document": LIBRARY, "history": ["Until when on weekdays?"], "answers": ["8 pm"],
+            "answerable": True}
+    files = {"defaults": [dict(base, plain_response="It is open until 8 pm.",
+                                  pmi_response="On weekdays it is open until 4 pm.")],
+             "other": [dict(base, pmi_response="Until 8 pm."), dict(base, id="b", pmi_response="x")]}
+    systems, dialogues = module.systems_from_files(files)
+    assert list(systems) == ["plain", "defaults", "other"] and [d["id"] for d in dialogues] == ["a"]
+    scores = module.score_systems(systems, ["correctness"])
+    table = module.table(scores)
+    match = table["answer_match"]["systems"]
+    assert match["plain"]["mean"] == 1.0 and match["defaults"]["vs_plain"]["diff"] == -1.0
+    assert match["other"]["vs_plain"]["diff"] == 0.0
+    assert table["wrong_numbers"]["systems"]["defaults"]["mean"] == 1.0   # "4 pm" is Saturday's closing time
+    with pytest.raises(SystemExit, match="--compare"):
+        module.systems_from_files({"other": files["other"]})
