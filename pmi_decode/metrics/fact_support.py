@@ -362,11 +362,11 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
     * ``"joined with <unit>"``: two units joined as a range or pair ("9 am to 4 pm", "from 10 am
       to Wednesday") that no document sentence holds together;
     * ``"not with <unit>"``: two units of one clause ("on *Sundays* it opens at *7 am*") that
-      the document states only apart (not in one sentence, or further apart there than in the
-      response by more than a clause);
+      the document states only apart (in different sentences, or with a clause break or another
+      number between them);
     * ``"said of something else"``: the nouns and adjectives of a number's clause that the
-      document has ("the *annual pass* costs 2 dollars") are mostly absent from every document
-      sentence holding that number.
+      document has ("the *annual pass* costs 2 dollars") are less than half present in every
+      document clause holding that number.
 
     A unit the history states (the user said it) is taken as it is. How well this matches hand
     labels (precision and recall) is in ``docs/metrics.md``."""
