@@ -69,8 +69,8 @@ def _plausibility(text: str) -> float:
 
 
 def _alpha(text: str):
-    """--alpha: a number in [0, 1] or adaptive[:MAX_ALPHA[:EXPONENT]]."""
-    if text.strip().lower().startswith("adaptive"):
+    """--alpha: a number in [0, 1], adaptive[:MAX_ALPHA[:EXPONENT]] or cocoa[:MAX_ALPHA[:EXPONENT]]."""
+    if text.strip().lower().startswith(("adaptive", "cocoa")):
         from .adaptive import parse_alpha
 
         try:

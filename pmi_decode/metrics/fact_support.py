@@ -424,7 +424,10 @@ def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> s
     allowed = {key for j, _ in mates for key in _number_forms(units[j], parsed, spans[j])} | _number_forms(
         units[k], parsed, spans[k])
     for other, joined in mates:
-        if not found[other] or units[other]["label"] == "ORDINAL":
+        if not found[other] or units[other]["label"] == "ORDINAL" or (
+                not joined and not (units[other]["numeric"] or units[other]["label"] in _VAGUE_LABELS)):
+            # a name in the same clause is usually the topic ("the library is open until 8 pm"),
+            # stated in another sentence of the document: only numbers and dates pair up
             continue  # the partner is wrong on its own account, or an ordinal word ("the first train")
         if not any(s == t and _adjacent(doc_sentences[s], (lo, hi), (olo, ohi), allowed)
                    for s, (lo, hi) in places for t, (olo, ohi) in found[other]):
