@@ -9,6 +9,7 @@ import pytest
 import torch
 from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 
+from pmi_decode import defaults
 from pmi_decode.cli import main
 from pmi_decode.decode_file import DialogueFileError, read_dialogues_jsonl, read_done_ids
 from pmi_decode.demo import demo_dialogues_path, run_demo
@@ -65,7 +66,7 @@ def test_generate_writes_one_complete_record_per_dialogue(tmp_path, llama_dir):
             assert row[key] == rec[key]
         assert row.get("response") == rec.get("response")
         assert isinstance(row["pmi_response"], str) and isinstance(row["plain_response"], str)
-        assert row["settings"] == {"model": llama_dir, "alpha": 0.5, "p": 0.9, "num_beams": 2,
+        assert row["settings"] == {"model": llama_dir, "alpha": defaults.ALPHA, "p": 0.9, "num_beams": 2,
                                    "do_sample": False,
                                    "max_new_tokens": 6, "seed": 0, "compare": True, "batch_size": 2,
                                    "max_input_length": None, "max_history_turns": None, "chat_template": None,
@@ -138,7 +139,7 @@ def test_resume_with_other_settings_is_refused(tmp_path, llama_dir, capsys):
     before = out.read_text()
     assert _gen(llama_dir, inp, str(out), "--num-beams", "1", "--alpha", "0.3") == 1
     err = capsys.readouterr().err
-    assert "other settings (alpha: 0.5 in the file, 0.3 now)" in err and f"{out}:1" in err
+    assert f"other settings (alpha: {defaults.ALPHA:g} in the file, 0.3 now)" in err and f"{out}:1" in err
     assert out.read_text() == before
 
 
