@@ -41,6 +41,7 @@ from transformers.generation.logits_process import (
 )
 from transformers.generation.utils import GenerationMode
 
+from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
 from .generation import pmi_generate
 from .processor import PMIDecode
@@ -91,15 +92,18 @@ def _unconditional(unconditional_inputs, negative_prompt_ids, negative_prompt_at
 
 def generate(model, inputs=None, generation_config=None, logits_processor=None, stopping_criteria=None,
              prefix_allowed_tokens_fn=None, synced_gpus=None, assistant_model=None, streamer=None,
-             negative_prompt_ids=None, negative_prompt_attention_mask=None, *, alpha=0.5, p=0.9,
+             negative_prompt_ids=None, negative_prompt_attention_mask=None, *, alpha=None, p=None,
              unconditional_inputs=None, paired=None, share_prompt=True, normalize=False, conditional_end=False,
              **kwargs):
     """``generate`` with PMI-Decode: what :func:`~pmi_decode.pmi_generate` returns for the same
     arguments. The conditional prompt is generate's ``input_ids`` (or ``inputs``) with its
     ``attention_mask``; the document-free one is ``unconditional_inputs`` or
-    ``negative_prompt_ids`` / ``negative_prompt_attention_mask``. ``alpha`` (default 0.5, a number
-    in [0, 1] or ``"adaptive"``), ``p`` (default 0.9), ``paired``, ``share_prompt``, ``normalize``,
-    ``conditional_end``: as in ``pmi_generate``. Anything else goes to ``generate``."""
+    ``negative_prompt_ids`` / ``negative_prompt_attention_mask``. ``alpha`` (a number in [0, 1],
+    ``"adaptive"`` or ``"cocoa"``), ``p``, ``plausibility``, ``paired``, ``share_prompt``,
+    ``normalize``, ``conditional_end``: as in ``pmi_generate``, with its defaults
+    (:mod:`pmi_decode.defaults`). Anything else goes to ``generate``."""
+    alpha = defaults.ALPHA if alpha is None else alpha
+    p = defaults.P if p is None else p
     if assistant_model is not None or kwargs.get("prompt_lookup_num_tokens") is not None:
         raise ValueError("PMI-Decode scores one token per step: assisted and prompt-lookup decoding are not supported")
     if kwargs.get("custom_generate") is not None:
@@ -168,13 +172,16 @@ def _with_pmi(processors, config, pmi):
 
 
 def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                      streamer=None, *, alpha=0.5, p=0.9, unconditional_inputs=None, normalize=False,
-                      conditional_end=False, **model_kwargs):
+                      streamer=None, *, alpha=None, p=None, unconditional_inputs=None, normalize=False,
+                      conditional_end=False, plausibility=None, **model_kwargs):
     """A decoding loop for ``model.generate(**cond, custom_generate=pmi_decoding_loop, alpha=..., p=...,
     unconditional_inputs=uncond)``: greedy search, sampling, beam search and beam sampling with
     PMI-Decode, equal to :func:`~pmi_decode.pmi_generate` token for token. Other modes
     (assisted decoding) are refused. ``unconditional_inputs``: one document-free row per prompt
     given to ``generate`` (before beam expansion)."""
+    alpha = defaults.ALPHA if alpha is None else alpha
+    p = defaults.P if p is None else p
+    plausibility = defaults.PLAUSIBILITY if plausibility is None else plausibility
     mode = generation_config.get_generation_mode()
     if mode not in LOOP_MODES:
         raise ValueError(f"pmi_decoding_loop runs greedy search, sampling, beam search and beam sampling, not "
@@ -197,7 +204,8 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
     one_row_each = ((generation_config.num_beams or 1) == 1 and not generation_config.output_scores
                     and not isinstance(alpha, AdaptiveAlpha))
     pmi = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
-                    conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None)
+                    conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None,
+                    plausibility=plausibility)
     if model.config.is_encoder_decoder:
         # generate ran the encoder before this loop (and so before the processor watched it); the
         # rows were checked above, so hand it a run of that many prompts

@@ -189,3 +189,24 @@ def test_the_folder_is_thin_and_documented():
     assert "library_name: transformers" in front and "- custom_generate" in front
     for section in ("Description", "Base model", "Model compatibility", "Additional arguments", "Output", "Example"):
         assert f"\n## {section}\n" in readme, section
+
+
+@pytest.mark.real_defaults
+def test_the_decoding_loop_uses_pmi_generates_defaults():
+    """With the shipped defaults (the plausibility head on), the callable loop and the hub entry
+    still decode what pmi_generate decodes when no option is given."""
+    from pmi_decode import defaults
+    from pmi_decode.custom_generate import generate as hub_generate
+    from pmi_decode.custom_generate import pmi_decoding_loop
+
+    assert defaults.PLAUSIBILITY > 0
+    model, inputs = setup("llama")
+    kwargs = dict(max_new_tokens=8, min_new_tokens=4, num_beams=2)
+    torch.manual_seed(0)
+    want = pmi_generate(model, inputs, **kwargs)
+    torch.manual_seed(0)
+    loop = model.generate(**inputs["conditional"], custom_generate=pmi_decoding_loop,
+                          unconditional_inputs=inputs["unconditional"], **kwargs)
+    torch.manual_seed(0)
+    entry = hub_generate(model, **inputs["conditional"], unconditional_inputs=inputs["unconditional"], **kwargs)
+    assert torch.equal(loop, want) and torch.equal(entry, want)
