@@ -141,7 +141,8 @@ def main(argv=None) -> int:
     scores = score_systems(systems, args.metrics.split(","), scorer_model=args.scorer_model)
     result = table(scores)
     command = "python eval/correctness_table.py " + " ".join(args.inputs) + \
-        f" --name {args.name} --output-dir {args.output_dir}"
+        f" --name {args.name} --output-dir {args.output_dir}" + \
+        ("" if args.metrics == parser.get_default("metrics") else f" --metrics {args.metrics}")
     settings = {name: records[0].get("settings") for name, records in files.items()}
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
