@@ -187,7 +187,9 @@ def test_cli_accepts_adaptive_alpha_and_guards():
     assert args.no_repeat_ngram_size == GUARD_DEFAULTS["no_repeat_ngram_size"]
     assert args.block_layout_markers is True
     assert args.response_no_repeat_ngram_size == GUARD_DEFAULTS["response_no_repeat_ngram_size"] == 3
-    assert parser.parse_args(["generate", "--input", "a", "--output", "b"]).alpha == 0.5
+    from pmi_decode import defaults
+
+    assert parser.parse_args(["generate", "--input", "a", "--output", "b"]).alpha == defaults.ALPHA
     assert parser.parse_args(["demo", "--response-no-repeat-ngram-size", "0"]).response_no_repeat_ngram_size == 0
     args = parser.parse_args(["generate", "--input", "a", "--output", "b", "--alpha", "0.25",
                               "--no-repeat-ngram-size", "0", "--allow-layout-markers", "--repetition-penalty", "1.2"])

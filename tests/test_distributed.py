@@ -229,6 +229,7 @@ def _launch(args, processes):
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.real_defaults  # the launched processes run the shipped defaults; so must the in-process run
 def test_accelerate_launch_two_processes_matches_one_process_and_resumes(tmp_path, llama_dir):
     records = _records()
     inp = tmp_path / "in.jsonl"
