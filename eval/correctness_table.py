@@ -63,7 +63,8 @@ def systems_from_files(files: dict[str, list[dict]]) -> tuple[dict[str, dict[str
     shared = set.intersection(*(set(rows) for rows in systems.values()))
     first = next(iter(systems.values()))
     dialogues = [first[i] for i in sorted(shared)]
-    return {name: {i: rows[i] for i in shared} for name, rows in systems.items()}, dialogues
+    # sorted: the bootstrap draws rows by position, so their order must not depend on set hashing
+    return {name: {i: rows[i] for i in sorted(shared)} for name, rows in systems.items()}, dialogues
 
 
 def score_systems(systems: dict[str, dict[str, dict]], metrics: list[str], **options) -> dict[str, dict[str, dict]]:
