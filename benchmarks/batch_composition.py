@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_distributed import _records  # noqa: E402
 from tiny_models import tiny_model, tiny_tokenizer  # noqa: E402
 
-from pmi_decode.decode_file import decode_records  # noqa: E402
+from pmi_decode.batch.decode import decode_records  # noqa: E402
 
 
 def main():

@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pmi_decode.cli  # noqa: E402,F401
-from pmi_decode.distributed import process_group  # noqa: E402
+from pmi_decode.batch.distributed import process_group  # noqa: E402
 from pmi_decode.models import load_model_and_tokenizer  # noqa: E402
 
 processes = process_group()

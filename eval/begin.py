@@ -4,7 +4,7 @@
 
 Reads the BEGIN TSV files named in the config (or, with ``dataset: faithdial_audit``, the
 FaithDial data audit's systems named in ``files``, see ``configs/begin_audit.yaml``), scores every response with each metric (through
-the :mod:`pmi_decode.scoring` registry), caches the per-row scores under ``cache_dir`` (one JSONL
+the :mod:`pmi_decode.batch.scoring` registry), caches the per-row scores under ``cache_dir`` (one JSONL
 per metric and option set, appended as scoring goes, so an interrupted run resumes and an extra
 metric scores only itself), then applies the protocol of :mod:`pmi_decode.metrics.meta_eval` and
 writes ``begin_results.json`` and ``begin_results.md`` (tables shaped like Tables 1-3 of the
@@ -42,11 +42,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pmi_decode import distributed  # noqa: E402
+from pmi_decode.batch import distributed  # noqa: E402
 from pmi_decode.data.begin import read_begin  # noqa: E402
 from pmi_decode.data.faithdial_audit import read_faithdial_audit  # noqa: E402
 from pmi_decode.metrics import meta_eval  # noqa: E402
-from pmi_decode.scoring import get_metric  # noqa: E402
+from pmi_decode.batch.scoring import get_metric  # noqa: E402
 
 logger = logging.getLogger("begin")
 

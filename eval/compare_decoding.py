@@ -80,7 +80,7 @@ def load_config(path: str) -> dict:
 def select_turns(records: list, num_turns: int, avoid_first: int = 0, avoid_sweep_turns: int | None = None) -> list:
     """``num_turns`` turns evenly spaced with a half-step offset (index ``(i + 0.5) * n / num_turns``),
     each moved forward to the next index that is neither among the first ``avoid_first`` turns nor
-    a turn of the ``avoid_sweep_turns``-turn sweep (:func:`pmi_decode.sweep.select_records`'s rule),
+    a turn of the ``avoid_sweep_turns``-turn sweep (:func:`pmi_decode.experiments.sweep.select_records`'s rule),
     so these turns are held out from both."""
     n = len(records)
     avoid = set(range(avoid_first))
@@ -159,7 +159,7 @@ def _record_options(config) -> dict:
 def decode(config, inputs: list[dict]) -> None:
     """Turn-major: each block of ``batch_size`` turns is decoded by every system before the next
     block starts, so that whenever the run is stopped all systems cover the same turns."""
-    from pmi_decode.decode_file import decode_records, decode_settings, read_done_ids, write_records
+    from pmi_decode.batch.decode import decode_records, decode_settings, read_done_ids, write_records
     from pmi_decode.models import load_model_and_tokenizer
 
     model = tokenizer = None

@@ -77,7 +77,7 @@ def decode(config: dict, samples, out_dir: Path, model=None, tokenizer=None) -> 
     """Generations for every sample (resuming ``generations.jsonl``), in sample order."""
     import torch
 
-    from pmi_decode.decode_file import decode_records, decode_settings, read_done_ids, write_records
+    from pmi_decode.batch.decode import decode_records, decode_settings, read_done_ids, write_records
 
     path = out_dir / "generations.jsonl"
     name = config["model"] if isinstance(config["model"], str) else type(model).__name__

@@ -69,7 +69,7 @@ def systems_from_files(files: dict[str, list[dict]]) -> tuple[dict[str, dict[str
 
 def score_systems(systems: dict[str, dict[str, dict]], metrics: list[str], **options) -> dict[str, dict[str, dict]]:
     """The scores of every system's responses, by id."""
-    from pmi_decode.scoring import score_records
+    from pmi_decode.batch.scoring import score_records
 
     out = {}
     for name, rows in systems.items():
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     parser.add_argument("--scorer-model", default="embedded", help="PMI-Faith and FaithScore scorer (default embedded)")
     parser.add_argument("--metrics", default="correctness,pmi_faith,faith_score,grammar")
     args = parser.parse_args(argv)
-    from pmi_decode.scoring import read_jsonl
+    from pmi_decode.batch.scoring import read_jsonl
 
     files = {Path(path).name.replace(".jsonl", ""): read_jsonl(path) for path in args.inputs}
     systems, dialogues = systems_from_files(files)

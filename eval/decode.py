@@ -9,7 +9,7 @@ it writes ``{output_dir}/{split}.{strategy}.jsonl``: one line per response with 
 ``training/finetune.py`` next to the checkpoint (``pmi_decode_format.json``), through the same
 ``encode_dialogue`` used in training, and the unconditional input drops exactly the document.
 Interrupted runs resume where they stopped. Under ``accelerate launch`` every process decodes a
-share of the batches and the main process merges them (see :mod:`pmi_decode.distributed`).
+share of the batches and the main process merges them (see :mod:`pmi_decode.batch.distributed`).
 """
 
 from __future__ import annotations
@@ -95,13 +95,13 @@ def decode(config: dict) -> dict:
     """Decode every strategy of ``config``; returns ``{strategy: output path}``."""
     import torch
 
-    from pmi_decode.decode_file import decode_records, decode_settings, read_done_ids, write_records
+    from pmi_decode.batch.decode import decode_records, decode_settings, read_done_ids, write_records
     from pmi_decode.training_data import InputSpec
 
     if config.get("threads"):
         torch.set_num_threads(int(config["threads"]))
 
-    from pmi_decode.distributed import decode_sharded, process_group
+    from pmi_decode.batch.distributed import decode_sharded, process_group
 
     processes = process_group()  # several under `accelerate launch`: each decodes a share, the main one merges
     model, tokenizer, spec = load_checkpoint(config["checkpoint"], device=processes.device)

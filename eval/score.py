@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from pmi_decode.metrics.grammar import get_checker
-    from pmi_decode.report import score_files
+    from pmi_decode.experiments.report import score_files
 
     if args.threads:
         import torch

@@ -20,7 +20,7 @@ from pathlib import Path
 
 def parse_args(argv=None):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from pmi_decode.sweep import add_sweep_arguments
+    from pmi_decode.experiments.sweep import add_sweep_arguments
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_sweep_arguments(parser)
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     from pmi_decode.cli import quiet_mode
     from pmi_decode.models import ModelNotAvailableError
-    from pmi_decode.sweep import run_sweep_command
+    from pmi_decode.experiments.sweep import run_sweep_command
 
     try:
         with quiet_mode() if args.quiet else contextlib.nullcontext():

@@ -2,7 +2,7 @@
 
 from .inputs import DialogueFormat, EncodedDialogue, build_inputs, encode_dialogue, encode_response
 from .data import DialogueRecord, load_dialogues
-from .decode_file import decode_records, read_dialogues, read_dialogues_jsonl
+from .batch.decode import decode_records, read_dialogues, read_dialogues_jsonl
 from .generation import pmi_generate
 from .models import load_model_and_tokenizer, resolve_model
 from .processor import PMIDecode, conditional_end_scores, nucleus_mask, pmi_scores

@@ -2,7 +2,7 @@
 
     pmi-decode generate --input dialogues.jsonl --output out.jsonl [--compare] ...
     pmi-decode demo
-    pmi-decode score ...      (when pmi_decode.scoring is installed)
+    pmi-decode score ...      (when pmi_decode.batch.scoring is installed)
 """
 
 from __future__ import annotations
@@ -338,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and the best cell. --input takes what `generate --input` takes; --config a sweep YAML "
         "(configs/sweep_*.yaml); command-line settings win over the file.",
     )
-    from .sweep import add_sweep_arguments
+    from .experiments.sweep import add_sweep_arguments
 
     add_sweep_arguments(sweep)
     sweep.set_defaults(func=_run_sweep)
@@ -348,17 +348,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_sweep(args) -> int:
-    from .sweep import run_sweep_command
+    from .experiments.sweep import run_sweep_command
 
     return run_sweep_command(args)
 
 
 def _add_score_command(sub) -> None:
-    """``score`` comes from :mod:`pmi_decode.scoring` when that module is installed."""
-    if importlib.util.find_spec("pmi_decode.scoring") is None:
+    """``score`` comes from :mod:`pmi_decode.batch.scoring` when that module is installed."""
+    if importlib.util.find_spec("pmi_decode.batch.scoring") is None:
         return
     try:
-        scoring = importlib.import_module("pmi_decode.scoring")
+        scoring = importlib.import_module("pmi_decode.batch.scoring")
         parser = sub.add_parser("score", help="score responses (faithfulness metrics)")
         scoring.add_score_arguments(parser)
         parser.set_defaults(func=scoring.run_score)
@@ -367,7 +367,7 @@ def _add_score_command(sub) -> None:
         parser = sub.add_parser("score", help="score responses (unavailable: see 'pmi-decode score')")
 
         def unavailable(args):
-            raise RuntimeError(f"the score command is unavailable: importing pmi_decode.scoring failed ({message})")
+            raise RuntimeError(f"the score command is unavailable: importing pmi_decode.batch.scoring failed ({message})")
 
         parser.set_defaults(func=unavailable)
 
@@ -400,7 +400,7 @@ def _decode_options(args) -> dict:
 
 
 def _run_generate(args) -> int:
-    from .decode_file import (
+    from .batch.decode import (
         check_output_path,
         decode_records,
         decode_settings,
@@ -417,7 +417,7 @@ def _run_generate(args) -> int:
     settings = decode_settings(**{k: v for k, v in options.items() if k != "extra_settings"},
                                **options["extra_settings"])
     check_output_path(args.output, "--output")
-    from .distributed import process_group, shard_dir
+    from .batch.distributed import process_group, shard_dir
 
     processes = process_group()
     if processes.count > 1 or shard_dir(args.output).is_dir():  # the latter: finish a multi-process run
@@ -443,7 +443,7 @@ def _run_generate(args) -> int:
 def _run_generate_sharded(args, records, settings, processes) -> int:
     """``generate`` under ``accelerate launch``: each process decodes its share of the batches
     into a shard file; the main process merges them into ``--output`` in input order."""
-    from .distributed import decode_sharded
+    from .batch.distributed import decode_sharded
 
     if args.device is None:
         args.device = processes.device  # one accelerator per process (None on CPUs: the default)
@@ -475,7 +475,7 @@ def _run_demo(args) -> int:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from .decode_file import DialogueFileError
+    from .batch.decode import DialogueFileError
     from .models import ModelNotAvailableError
 
     try:

@@ -13,7 +13,7 @@ import textwrap
 from importlib import resources
 from pathlib import Path
 
-from .decode_file import decode_records, pmi_gain, read_dialogues_jsonl
+from .batch.decode import decode_records, pmi_gain, read_dialogues_jsonl
 from .inputs import DialogueFormat
 
 DOCUMENT_CHARS = 300

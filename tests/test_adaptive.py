@@ -159,8 +159,8 @@ def test_spec_round_trips_through_settings():
 
 # ---------------------------------------------------------------------------- sweep and CLI plumbing
 def test_sweep_config_takes_adaptive_cells(tmp_path):
-    from pmi_decode.report import objective_name, table5_markdown
-    from pmi_decode.sweep import best_cell, load_sweep_config
+    from pmi_decode.experiments.report import objective_name, table5_markdown
+    from pmi_decode.experiments.sweep import best_cell, load_sweep_config
 
     path = tmp_path / "sweep.yaml"
     path.write_text('dataset: topicalchat\nsplit: valid_rare\nalphas: [0.5, "adaptive:1:0.5", 0, adaptive]\nps: [0.9]\n')

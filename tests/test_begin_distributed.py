@@ -26,8 +26,8 @@ import torch
 import yaml
 from tiny_models import saved_tiny_model
 
-from pmi_decode import distributed, scoring
-from pmi_decode.distributed import Processes, ShardError, shard_dir, shard_path
+from pmi_decode.batch import distributed, scoring
+from pmi_decode.batch.distributed import Processes, ShardError, shard_dir, shard_path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "begin"

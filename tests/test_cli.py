@@ -11,7 +11,7 @@ from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 
 from pmi_decode import defaults
 from pmi_decode.cli import main
-from pmi_decode.decode_file import DialogueFileError, read_dialogues_jsonl, read_done_ids
+from pmi_decode.batch.decode import DialogueFileError, read_dialogues_jsonl, read_done_ids
 from pmi_decode.demo import demo_dialogues_path, run_demo
 from pmi_decode.models import load_model_and_tokenizer
 
@@ -258,7 +258,7 @@ def test_demo_command_runs_on_a_local_model(llama_dir, capsys):
 def test_truncation_is_reported_once_per_file_not_once_per_batch(caplog):
     import logging
 
-    from pmi_decode.decode_file import decode_records
+    from pmi_decode.batch.decode import decode_records
 
     model, tok = tiny_model("llama"), tiny_tokenizer("llama")
     records = [dict(r, document=r["document"] * 20) for r in _records(6)]
@@ -287,7 +287,7 @@ def test_resume_refuses_any_option_that_changes_the_records(tmp_path, llama_dir,
 
 
 def test_progress_moves_within_a_batch_per_decoding_step():
-    from pmi_decode.decode_file import decode_records
+    from pmi_decode.batch.decode import decode_records
 
     model, tok = tiny_model("llama"), tiny_tokenizer("llama")
     seen = []
@@ -369,7 +369,7 @@ def test_output_follows_the_input_order_even_when_resumed(tmp_path, llama_dir):
                 "--batch-size", "2") == 0
     assert _gen(llama_dir, inp, str(out), "--num-beams", "1", "--batch-size", "2") == 0
     assert [r["id"] for r in _read(out)] == [r["id"] for r in records]
-    from pmi_decode.decode_file import decode_records
+    from pmi_decode.batch.decode import decode_records
 
     model, tok = load_model_and_tokenizer(llama_dir, device="cpu")
     by_length = [o["id"] for o in decode_records(records, model, tok, num_beams=1, max_new_tokens=2, batch_size=2,
@@ -388,12 +388,12 @@ def test_an_empty_document_is_refused_with_the_line(tmp_path, llama_dir, capsys)
 
 
 def test_decode_records_warns_about_empty_documents(llama_dir, caplog):
-    from pmi_decode.decode_file import decode_records
+    from pmi_decode.batch.decode import decode_records
 
     model, tok = load_model_and_tokenizer(llama_dir, device="cpu")
     records = _records(2)
     records[0]["document"] = ""
-    with caplog.at_level("WARNING", logger="pmi_decode.decode_file"):
+    with caplog.at_level("WARNING", logger="pmi_decode.batch.decode"):
         list(decode_records(records, model, tok, num_beams=1, max_new_tokens=2, progress=False))
     assert "1 of 2 dialogues have an empty document" in caplog.text and "d0" in caplog.text
 

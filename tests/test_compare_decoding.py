@@ -156,7 +156,7 @@ def test_a_rerun_expects_the_settings_decode_records_writes(tmp_path):
     decode_records stores, for plain and guarded systems alike."""
     from tiny_models import DIALOGUES, saved_tiny_model
 
-    from pmi_decode.decode_file import decode_records, decode_settings, read_done_ids, write_records
+    from pmi_decode.batch.decode import decode_records, decode_settings, read_done_ids, write_records
     from pmi_decode.models import load_model_and_tokenizer
 
     folder = saved_tiny_model(tmp_path / "tiny")

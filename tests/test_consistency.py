@@ -17,7 +17,7 @@ from pmi_decode.metrics.consistency_rules import (
     yes_no_word,
 )
 from pmi_decode.metrics.nli import NLI, NLIUnavailable
-from pmi_decode.scoring import get_metric
+from pmi_decode.batch.scoring import get_metric
 
 
 class TableNLI:

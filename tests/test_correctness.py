@@ -15,7 +15,7 @@ from pmi_decode.metrics.correctness import (
     response_words,
 )
 from pmi_decode.metrics.fact_support import fact_features, wrong_facts
-from pmi_decode.scoring import score_records
+from pmi_decode.batch.scoring import score_records
 
 FIXTURES = Path(__file__).parent / "fixtures" / "correctness"
 LIBRARY = ("The Harlow Street Library is open Monday to Friday from 9 am to 8 pm, and on Saturdays from 10 am to "

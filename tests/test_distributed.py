@@ -19,10 +19,10 @@ import pytest
 import torch
 from tiny_models import DIALOGUES, saved_tiny_model, tiny_model, tiny_tokenizer
 
-from pmi_decode import distributed
+from pmi_decode.batch import distributed
 from pmi_decode.cli import main
-from pmi_decode.decode_file import decode_records, decode_settings
-from pmi_decode.distributed import (
+from pmi_decode.batch.decode import decode_records, decode_settings
+from pmi_decode.batch.distributed import (
     Processes,
     decode_sharded,
     ShardError,
@@ -259,7 +259,7 @@ def test_accelerate_launch_two_processes_matches_one_process_and_resumes(tmp_pat
 
 # ---------------------------------------------------------------------------- sweep
 def test_sharded_sweep_writes_the_same_cell_files_as_one_process(tmp_path, tiny):
-    from pmi_decode.sweep import SweepConfig, cell_paths, run_sweep
+    from pmi_decode.experiments.sweep import SweepConfig, cell_paths, run_sweep
 
     records = _records(5)
     base = dict(dataset="tiny", split="dev", methods=["beam_search", "beam_sampling"], alphas=[0, 1], ps=[0.5, 1],
@@ -295,7 +295,7 @@ def test_one_process_finishes_a_killed_multi_process_run(tmp_path, llama_dir):
 
 
 def test_settings_difference_names_only_the_differing_keys():
-    from pmi_decode.distributed import settings_difference
+    from pmi_decode.batch.distributed import settings_difference
 
     old = {"model": "m", "alpha": 0.25, "seed": 0, "format": {"a": 1}}
     new = {"model": "m", "alpha": 0.5, "seed": 0, "format": {"a": 2}, "compare": True}

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from pmi_decode.decode_file import decode_records, read_dialogues_jsonl
+from pmi_decode.batch.decode import decode_records, read_dialogues_jsonl
 from pmi_decode.demo import demo_dialogues_path
 from pmi_decode.inputs import encode_dialogue, encode_response
 from pmi_decode.models import load_model_and_tokenizer

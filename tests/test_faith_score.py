@@ -8,7 +8,7 @@ import pytest
 
 from pmi_decode.metrics.faith_score import FEATURES, FaithModel, features, lexical_features
 from pmi_decode.metrics.token_aggregation import load_nlp
-from pmi_decode.scoring import available_metrics
+from pmi_decode.batch.scoring import available_metrics
 
 NLP = load_nlp()
 DOC = "Miles Davis recorded Kind of Blue in 1959 for Columbia Records."

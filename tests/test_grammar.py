@@ -57,7 +57,7 @@ def test_metric_rows_for_the_scoring_registry():
         {"grammar_errors": 1, "ungrammatical": 1},
         {"grammar_errors": 2, "ungrammatical": 1},
     ]
-    from pmi_decode.scoring import get_metric
+    from pmi_decode.batch.scoring import get_metric
 
     assert get_metric("grammar") is grammar_metric
 

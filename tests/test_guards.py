@@ -386,7 +386,7 @@ def test_decode_records_and_cli_block_immediate_repeats(tmp_path):
     from tiny_models import saved_tiny_model
 
     from pmi_decode.cli import build_parser, main
-    from pmi_decode.decode_file import read_dialogues_jsonl
+    from pmi_decode.batch.decode import read_dialogues_jsonl
 
     tok, model = tiny_tokenizer("llama"), tiny_model("llama")
     records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]

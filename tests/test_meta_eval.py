@@ -136,7 +136,7 @@ def test_begin_harness_caches_rows_and_reports_unavailable_metrics(tmp_path):
 
     import yaml
 
-    from pmi_decode import scoring
+    from pmi_decode.batch import scoring
 
     begin = _load_begin_script()
     calls = []

@@ -70,7 +70,7 @@ def test_decode_records_and_cli_option(tmp_path):
     from tiny_models import DIALOGUES, saved_tiny_model
 
     from pmi_decode.cli import build_parser, main
-    from pmi_decode.decode_file import read_dialogues_jsonl
+    from pmi_decode.batch.decode import read_dialogues_jsonl
 
     folder = saved_tiny_model(tmp_path / "tiny")
     records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]

@@ -415,7 +415,7 @@ def test_end_to_end_branches_with_a_pointing_qa_head(nlp, tiny_components):
 
 
 def test_registered_for_pmi_decode_score(nlp):
-    from pmi_decode.scoring import get_metric, score_records
+    from pmi_decode.batch.scoring import get_metric, score_records
 
     assert get_metric("q2").__name__ == "q2_metric"
     records = [{"id": "a", "document": DOC, "history": ["Do you know Kind of Blue?"], "response": RESP,

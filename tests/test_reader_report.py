@@ -3,7 +3,7 @@
 import pytest
 
 from pmi_decode.metrics.reader import copy_rate, corpus_distinct_n, distinct_n
-from pmi_decode.report import ResponseSet, add_reader_measures, reader_markdown, score_response_set, summarise
+from pmi_decode.experiments.report import ResponseSet, add_reader_measures, reader_markdown, score_response_set, summarise
 
 
 class KeywordChecker:

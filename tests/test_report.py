@@ -11,7 +11,7 @@ import sacrebleu
 from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 
 from pmi_decode.metrics.pmi_faith import PMIFaith
-from pmi_decode.report import (
+from pmi_decode.experiments.report import (
     ResponseSet,
     normalise,
     pmi_bounds,

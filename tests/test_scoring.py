@@ -6,7 +6,7 @@ import json
 import pytest
 from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 
-from pmi_decode import scoring
+from pmi_decode.batch import scoring
 from pmi_decode.metrics import PMIFaith
 from pmi_decode.metrics.overlap import unigram_f1
 

@@ -7,7 +7,7 @@ import torch
 from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 
 from pmi_decode.metrics.pmi_faith import PMIFaith
-from pmi_decode.sweep import (
+from pmi_decode.experiments.sweep import (
     Cell,
     MemoPMIScorer,
     SweepConfig,
@@ -221,7 +221,7 @@ def test_scorer_sees_the_generators_history_window(tmp_path):
     """The sweep's PMI-Faith scorer is built with the generator's max_history_turns, so a response
     is scored against the turns it was decoded from, not against older turns that would push the
     document out of the scorer's max_length."""
-    from pmi_decode.sweep import make_pmi_scorer
+    from pmi_decode.experiments.sweep import make_pmi_scorer
 
     folder = tmp_path / "scorer"
     tiny_model("llama", dtype=torch.float32).save_pretrained(folder)
@@ -241,8 +241,8 @@ def test_paired_differences_against_alpha_zero():
     against the alpha = 0 cell of the same method and p, with a 1.96-standard-error interval."""
     import statistics
 
-    from pmi_decode.report import ResponseSet
-    from pmi_decode.sweep import paired_differences, paired_differences_markdown
+    from pmi_decode.experiments.report import ResponseSet
+    from pmi_decode.experiments.sweep import paired_differences, paired_differences_markdown
 
     def cell(alpha, p, pmi, rouge, bad, method="beam_search"):
         ids = ["a", "b", "c"]
@@ -289,7 +289,7 @@ def test_decode_options_reach_every_cell_and_its_settings(tmp_path, models):
 def test_best_cell_prefers_the_correct_cell_to_a_garbled_copy():
     """A cell that recites the document with its facts garbled earns more PMI-Faith and knowledge
     overlap; the sweep must still pick the cell whose answers are right."""
-    from pmi_decode.report import ResponseSet, add_correctness_measures, summarise
+    from pmi_decode.experiments.report import ResponseSet, add_correctness_measures, summarise
 
     document = ("The Harlow Street Library is open Monday to Friday from 9 am to 8 pm, and on Saturdays from "
                 "10 am to 4 pm. Members can borrow up to 12 books for 3 weeks.")
@@ -368,8 +368,8 @@ def test_sweep_input_errors_are_clear(tmp_path):
     with pytest.raises(ValueError, match="'split' is required"):
         SweepConfig(dataset="topicalchat")
     bad = _jsonl(tmp_path / "bad.jsonl", [dict(RECORDS[0], document="")])
-    from pmi_decode.decode_file import DialogueFileError
-    from pmi_decode.sweep import load_split
+    from pmi_decode.batch.decode import DialogueFileError
+    from pmi_decode.experiments.sweep import load_split
 
     with pytest.raises(DialogueFileError, match="bad.jsonl:1: 'document' is empty"):
         load_split(SweepConfig(input=bad))

@@ -271,7 +271,7 @@ def test_decode_script_writes_scoreable_jsonl_and_resumes(tmp_path):
     script = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(script)
     decode, load_decode_config = script.decode, script.load_config
-    from pmi_decode.scoring import read_jsonl, score_records
+    from pmi_decode.batch.scoring import read_jsonl, score_records
 
     model, tok = tiny_model("bart", dtype=torch.float32), tiny_tokenizer("bart")
     train, _ = _records()

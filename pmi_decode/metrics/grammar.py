@@ -335,7 +335,7 @@ def grammar_metric(documents, histories, responses, *, grammar_checker: GrammarC
 
 def _register() -> None:
     try:
-        from ..scoring import register_metric
+        from ..batch.scoring import register_metric
     except ImportError:  # scoring is optional for users of the rate alone
         return
     register_metric("grammar", grammar_metric)

@@ -309,7 +309,7 @@ def q2_metric(documents: Sequence[str], histories, responses: Sequence[str], *, 
 
 def _register() -> None:
     try:
-        from ..scoring import register_metric
+        from ..batch.scoring import register_metric
     except ImportError:  # the library without its scoring command
         return
     register_metric("q2", q2_metric)

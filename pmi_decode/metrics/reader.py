@@ -329,7 +329,7 @@ def repetition_metric(documents, histories, responses, **_) -> list[dict]:
 
 def _register() -> None:
     try:
-        from ..scoring import register_metric
+        from ..batch.scoring import register_metric
     except ImportError:  # scoring is optional for users of the functions alone
         return
     register_metric("answers_question", answers_question_metric)
