@@ -207,7 +207,7 @@ def read_done_ids(path: str | os.PathLike, settings: dict | None = None) -> set[
         if not isinstance(obj, dict) or "id" not in obj:
             raise DialogueFileError(f"{where}: the output file holds a record without an 'id'")
         if settings is not None and obj.get("settings") != settings:
-            from .batch.distributed import settings_difference
+            from .distributed import settings_difference
 
             raise DialogueFileError(
                 f"{where}: this output was decoded with other settings "
@@ -596,7 +596,7 @@ def decode_records(
         sentence_case = SentenceCaseGuard(tokenizer, 0).for_width
     batches = _batches(records, lengths, batch_size)
     if shard is not None:
-        from .batch.distributed import shard_units
+        from .distributed import shard_units
 
         batches = shard_units(batches, *shard)
     skip = {str(i) for i in skip_ids} if skip_ids else set()

@@ -515,7 +515,7 @@ def run_score(args) -> Path:
             print(f"note: the PMI-Faith scorer ({args.scorer_model}) is the model that generated these responses; a "
                   "model scoring its own output flatters it. Pass --scorer-model with another model "
                   "(e.g. embedded-gemma) to compare systems.")
-    from .batch.distributed import process_group
+    from .distributed import process_group
 
     processes = process_group()
     if processes.count > 1:
@@ -559,7 +559,7 @@ def _run_score_sharded(args, records, metrics, processes) -> Path:
     only (PMI-Faith's padded batches hold other responses)."""
     import hashlib
 
-    from .batch.distributed import run_sharded, shard_units
+    from .distributed import run_sharded, shard_units
 
     ids = [r.get("id") for r in records]
     if any(i is None for i in ids) or len({str(i) for i in ids}) != len(ids):

@@ -388,7 +388,7 @@ def _score_done(path: Path, settings: dict, generation_settings: dict) -> bool:
 
 
 def _response_set(cell: Cell, rows: list[dict]):
-    from .experiments.report import ResponseSet, method_name, objective_name
+    from .report import ResponseSet, method_name, objective_name
 
     golds = [r.get("response") for r in rows]
     settings = rows[0]["settings"] if rows else {}
@@ -420,7 +420,7 @@ def score_cells(config: SweepConfig, *, pmi_scorer=None, grammar_checker=None, p
             todo.append(cell)
     if not todo:
         return []
-    from .experiments.report import score_response_set
+    from .report import score_response_set
 
     if pmi_scorer is None and config.scorer_model:
         from ..batch.distributed import process_group
@@ -777,7 +777,7 @@ def _describe(cell: dict) -> str:
 
 def write_report(config: SweepConfig, *, plots: bool = True) -> dict:
     """Table 5 per method, the long table, the best cell and the plots, from the score files."""
-    from .experiments.report import (add_correctness_measures, add_reader_measures, reader_markdown, summarise, table4_markdown,
+    from .report import (add_correctness_measures, add_reader_measures, reader_markdown, summarise, table4_markdown,
                          table5_markdown)
 
     sets = load_cell_scores(config)
