@@ -59,7 +59,7 @@ def test_a_user_processor_of_a_class_generate_builds_replaces_it_on_both_paths(k
 @pytest.mark.exactness
 @pytest.mark.parametrize("paired", [None, False])
 def test_forced_eos_without_a_length_limit(paired):
-    """BART checkpoints set forced_eos_token_id and the README's example gives no max_new_tokens:
+    """BART checkpoints set forced_eos_token_id and docs/usage.md's BART example gives no max_new_tokens:
     generate's own default length applies (it once crashed with a TypeError inside transformers)."""
     model, inputs = setup("bart")
     model.generation_config.forced_eos_token_id = 7

@@ -1,4 +1,6 @@
-"""Every ```python block of README.md and of the public objects' docstrings runs as printed.
+"""Every ```python block of README.md, of the docs pages that hold the README's longer examples
+(``DOC_PAGES``) and of the public objects' docstrings runs as printed; the README's commands are
+the ones setup.sh, .ci/run and the ``pmi-decode`` parser accept.
 
 How a block runs (the only substitutions, so a snippet that is wrong fails here):
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,8 @@ from pmi_decode import build_inputs
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"snippet-test:\s*skip\b\s*(.*?)\s*(?:-->)?\s*$")
 FENCE = re.compile(r"^(\s*)```python\s*$")
+# The docs pages that took over the README's longer examples: their blocks run like the README's.
+DOC_PAGES = ("docs/usage.md", "docs/scoring.md")
 
 
 def _llama():
@@ -42,7 +47,8 @@ def _llama():
 
 def _bart():
     """A tiny BART with facebook/bart-large's own generation defaults (forced BOS/EOS, no-repeat
-    3-grams, 4 beams, early stopping, no length limit), which the README's example inherits."""
+    3-grams, 4 beams, early stopping, no length limit), which the encoder-decoder example of
+    docs/usage.md inherits."""
     model = tiny_model("bart", dtype=torch.float32, logit_scale=PEAKED["bart"])
     config = model.generation_config
     config.forced_bos_token_id, config.forced_eos_token_id = 0, 2
@@ -112,6 +118,8 @@ def _public_docstrings():
 
 def _all_blocks() -> list:
     blocks = _blocks((ROOT / "README.md").read_text(), "README.md", markdown=True)
+    for page in DOC_PAGES:
+        blocks += _blocks((ROOT / page).read_text(), page, markdown=True)
     seen = set()
     for origin, doc in _public_docstrings():
         if doc and doc not in seen:
@@ -157,6 +165,50 @@ def test_the_readme_and_docstrings_have_snippets():
     origins = {origin.split(":")[0] for origin, _, _ in BLOCKS}
     assert "README.md" in origins and "pmi_decode.PMIDecode" in origins
     assert sum(origin.startswith("README.md") for origin, _, _ in BLOCKS) >= 5
+
+
+def test_every_docs_page_with_examples_has_snippets():
+    """A page listed in DOC_PAGES that yields no block (moved, renamed, fence changed) fails here."""
+    origins = {origin.split(":")[0] for origin, _, _ in BLOCKS}
+    for page in DOC_PAGES:
+        assert page in origins, f"{page} has no ```python block: update DOC_PAGES"
+    assert sum(origin.startswith("docs/usage.md") for origin, _, _ in BLOCKS) >= 5
+
+
+def _bash_block(text: str, heading: str) -> list[str]:
+    """The commands of the first ```bash block under ``heading``, comments and blank lines dropped."""
+    section = text.split(f"\n{heading}\n", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = (line.split("#", 1)[0].strip() for line in block.splitlines())
+    return [line for line in lines if line]
+
+
+def test_ci_runs_the_readmes_test_command():
+    """CI must run exactly the command the README gives for the tests, and setup.sh must know both."""
+    demo, test = _bash_block((ROOT / "README.md").read_text(), "## Two commands")
+    assert (demo, test) == ("bash setup.sh demo", "bash setup.sh test")
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+    assert ci[-1] == test
+    setup = (ROOT / "setup.sh").read_text()
+    assert re.search(r"^\s*test\)\s*shift;\s*exec .*-m pytest", setup, flags=re.M)
+    assert re.search(r"^\s*\*\)\s*exec .*pmi-decode\" \"\$@\"", setup, flags=re.M)
+
+
+def test_the_readmes_command_lines_parse():
+    """Each line of the README's command-line block is one the ``pmi-decode`` parser accepts."""
+    from pmi_decode.cli import build_parser
+
+    lines = _bash_block((ROOT / "README.md").read_text(), "## Command line")
+    assert len(lines) >= 4 and all(line.startswith("pmi-decode ") for line in lines)
+    parser = build_parser()
+    commands = {action.dest: action for action in parser._actions}["command"].choices
+    for line in lines:
+        args = shlex.split(line)[1:]
+        assert args[0] in commands, f"README: {line!r} names no pmi-decode command"
+        if "--help" not in args:
+            parsed = parser.parse_args(args)
+            assert parsed.command == args[0]
 
 
 @pytest.mark.parametrize("origin,code,skip", BLOCKS, ids=[b[0] for b in BLOCKS])
