@@ -7,24 +7,19 @@ and beam sampling, plain and PMI-Decode, and counts the dialogues whose text dif
 """
 
 import json
-import sys
 from pathlib import Path
 
 import torch
 
+from pmi_decode.batch.decode import decode_records
+from pmi_decode.testing import mixed_length_records, tiny_model, tiny_tokenizer
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from test_distributed import _records  # noqa: E402
-from tiny_models import tiny_model, tiny_tokenizer  # noqa: E402
-
-from pmi_decode.batch.decode import decode_records  # noqa: E402
 
 
 def main():
     model, tokenizer = tiny_model("llama", dtype=torch.float32), tiny_tokenizer("llama")
-    records = _records(12)
+    records = mixed_length_records(12)
     result = {"dialogues": len(records), "model": "tiny random llama, float32", "num_beams": 2, "max_new_tokens": 8}
     for name, sample in (("beam_search", False), ("beam_sampling", True)):
         runs = {}

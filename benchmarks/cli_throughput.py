@@ -45,27 +45,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
+from pmi_decode.cli import main as cli_main
+from pmi_decode.experiments.benchmarking import DIALOGUE_SPLITS, real_dialogue_records, shared_data_dir
+from pmi_decode.inputs import build_inputs, encode_dialogue
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
-
-from pmi_decode.cli import main as cli_main  # noqa: E402
-from pmi_decode.data import load_dialogues  # noqa: E402
-from pmi_decode.inputs import build_inputs, encode_dialogue  # noqa: E402
-
-SPLITS = {"topicalchat": "validation", "multidoc2dial": "validation"}
-DATA_DIRS = {"topicalchat": "topicalchat", "multidoc2dial": "multidoc2dial"}
-
-
-def load_records(dataset: str, data_dir: Path) -> list[dict]:
-    options = {"rare": True, "skip_personal_knowledge": True} if dataset == "topicalchat" else {}
-    if dataset == "multidoc2dial":
-        options = {"dial_file": str(data_dir / "multidoc2dial_dial_small_validation.json"),
-                   "doc_file": str(data_dir / "multidoc2dial_doc_small.json")}
-    recs = load_dialogues(dataset, SPLITS[dataset], data_dir, **options)
-    return [{"id": r.id, "document": r.document, "history": list(r.history), "response": r.response}
-            for r in recs if r.history]
 
 
 def _stats(values: list[int]) -> dict:
@@ -331,18 +317,9 @@ def process_scaling(args, inp: Path, work: Path) -> dict:
     }
 
 
-def _default_data_dir(dataset: str) -> Path:
-    """``shared/data/<dataset>`` in the first folder above the checkout that has one."""
-    for folder in ROOT.parents:
-        candidate = folder / "shared" / "data" / DATA_DIRS[dataset]
-        if candidate.is_dir():
-            return candidate
-    raise SystemExit(f"no shared/data/{DATA_DIRS[dataset]} above {ROOT}: pass --data-dir")
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default="topicalchat", choices=list(SPLITS))
+    parser.add_argument("--dataset", default="topicalchat", choices=list(DIALOGUE_SPLITS))
     parser.add_argument("--data-dir", default=None, help="default: shared/data/<dataset> above the checkout")
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--dialogues", type=int, default=8, help="size of the timed random sample")
@@ -368,14 +345,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    data_dir = Path(args.data_dir) if args.data_dir else _default_data_dir(args.dataset)
+    data_dir = Path(args.data_dir) if args.data_dir else shared_data_dir(args.dataset, ROOT)
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     from pmi_decode.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(args.model)
-    records = load_records(args.dataset, data_dir)
+    records = real_dialogue_records(args.dataset, data_dir)
     sample = random.Random(args.seed).sample(records, min(args.dialogues, len(records)))
     result = {"meta": {"dataset": args.dataset, "model": args.model, "torch": torch.__version__,
                        "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "args": vars(args),

@@ -31,38 +31,24 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
 
 import torch
-from transformers import (
-    AutoModelForCausalLM,
-    AutoModelForSeq2SeqLM,
-    BartConfig,
-    GPT2Config,
-    LogitsProcessor,
-)
+from transformers import LogitsProcessor
 from transformers.generation.logits_process import UnbatchedClassifierFreeGuidanceLogitsProcessor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pmi_decode import PMIDecode, pmi_generate  # noqa: E402
-from pmi_decode.generation import prompt_cache  # noqa: E402
-from pmi_decode.processor import cache_keyword  # noqa: E402
+from pmi_decode import PMIDecode, pmi_generate
+from pmi_decode.experiments.benchmarking import MEAN_WORDS, random_dialogue_inputs, random_weight_model
+from pmi_decode.generation import prompt_cache
+from pmi_decode.processor import cache_keyword
 
-# mean words per document / history / response (the paper's Table 7)
-DATASETS = {"faithdial": (23, 69, 18), "multidoc2dial": (166, 93, 18), "topicalchat": (241, 199, 20)}
-# The same, measured on the files in the data folder with the embedded tokenizer (mean document and
-# history tokens / 1.3; benchmarks/results/real_lengths/real_lengths_*.json, cli_throughput.py --parts lengths).
-# Offline, Topical-Chat documents lack the article sections and fun facts, MultiDoc2Dial has 3 documents.
-DATASETS.update({"topicalchat-data": (138, 202, 20), "multidoc2dial-data": (19, 64, 18)})
 MODES = {
     "greedy": dict(),
     "beam": dict(num_beams=4),
     "beam_sampling": dict(num_beams=4, do_sample=True),
 }
-TOKENS_PER_WORD = 1.3
 
 
 class RecomputePMI(LogitsProcessor):
@@ -88,59 +74,6 @@ class RecomputePMI(LogitsProcessor):
                 pos = (mask.cumsum(-1) - 1).clamp(min=0)
                 logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]
         return pmi_scores(scores, torch.log_softmax(logits.to(scores.dtype), -1), self.alpha, self.p)
-
-
-def build_model(name: str, device: str, logit_scale: float = 1.0):
-    """``logit_scale``: multiply a random model's output layer (untied from the embeddings, same
-    cost) to sharpen its next-token distribution like a trained model's; random weights give a
-    near-flat one whose nucleus is most of the vocabulary (benchmarks/nucleus_sizes.py)."""
-    torch.manual_seed(0)
-    if name == "bart-base":
-        cfg = BartConfig(
-            d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12, decoder_attention_heads=12,
-            encoder_ffn_dim=3072, decoder_ffn_dim=3072, vocab_size=50265, forced_bos_token_id=None,
-            forced_eos_token_id=None,
-        )
-        model = AutoModelForSeq2SeqLM.from_config(cfg)
-    elif name == "gpt2-small":
-        model = AutoModelForCausalLM.from_config(GPT2Config())
-    elif name == "embedded":
-        from pmi_decode.models import load_model_and_tokenizer
-
-        model, _ = load_model_and_tokenizer("embedded")
-    else:
-        raise SystemExit(f"unknown model {name!r}: use bart-base, gpt2-small or embedded")
-    if logit_scale != 1.0:
-        if name == "embedded":
-            raise SystemExit("--logit-scale is for the random-weight models; the embedded model is trained")
-        head = model.get_output_embeddings()
-        head.weight = torch.nn.Parameter(head.weight.detach().clone() * logit_scale)
-        model.config.tie_word_embeddings = False
-    model.generation_config.pad_token_id = model.generation_config.pad_token_id or 0
-    for key in ("forced_bos_token_id", "forced_eos_token_id", "no_repeat_ngram_size", "min_length"):
-        setattr(model.generation_config, key, None if "forced" in key else 0)
-    return model.to(device).eval()
-
-
-def make_inputs(model, dataset: str, batch: int, device: str, seed: int = 0) -> dict:
-    """Random token ids shaped like the data set: conditional = document + history."""
-    doc_words, hist_words, _ = DATASETS[dataset]
-    gen = torch.Generator().manual_seed(seed)
-    vocab = model.config.get_text_config().vocab_size
-    left = not model.config.is_encoder_decoder
-    conds, unconds = [], []
-    for row in range(batch):
-        scale = 1.0 - 0.1 * (row % 3)  # rows of different lengths
-        doc = torch.randint(100, vocab - 100, (max(1, int(doc_words * TOKENS_PER_WORD * scale)),), generator=gen)
-        hist = torch.randint(100, vocab - 100, (max(1, int(hist_words * TOKENS_PER_WORD * scale)),), generator=gen)
-        conds.append(torch.cat([doc, hist]).tolist())
-        unconds.append(hist.tolist())
-    from pmi_decode.inputs import pad_batch
-
-    return {
-        "conditional": pad_batch(conds, 0, left=left, device=device),
-        "unconditional": pad_batch(unconds, 0, left=left, device=device),
-    }
 
 
 class PeakMemory:
@@ -223,7 +156,7 @@ def runners(model, inputs, mode: str, alpha: float, p: float, new_tokens: int):
 
 
 def run_case(model, model_name, dataset, mode, batch, args) -> list[dict]:
-    inputs = make_inputs(model, dataset, batch, args.device)
+    inputs = random_dialogue_inputs(model, dataset, batch, args.device)
     methods = runners(model, inputs, mode, args.alpha, args.p, args.new_tokens)
     if args.methods:
         methods = {k: v for k, v in methods.items() if k in args.methods or k == "plain"}
@@ -274,7 +207,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--models", nargs="+", default=["bart-base", "gpt2-small"])
-    parser.add_argument("--datasets", nargs="+", default=["faithdial"], choices=list(DATASETS))
+    parser.add_argument("--datasets", nargs="+", default=["faithdial"], choices=list(MEAN_WORDS))
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--methods", nargs="+", default=None, help="subset of methods (plain always runs)")
@@ -293,7 +226,7 @@ def main(argv=None):
     rows = []
     for model_name in args.models:
         for scale in args.logit_scales if model_name != "embedded" else [1.0]:
-            model = build_model(model_name, args.device, logit_scale=scale)
+            model = random_weight_model(model_name, args.device, logit_scale=scale)
             for dataset in args.datasets:
                 for mode in args.modes:
                     for batch in args.batch_sizes:

@@ -12,8 +12,9 @@ for beam search ``generate`` with the prompt run once per dialogue (:func:`promp
 ``pmi_generate`` does), so the ratios compare like with like. All calls of one setting decode
 the same forced number of tokens (``min_new_tokens = max_new_tokens``); full and nucleus-only
 must give the same tokens. The sample, its batch and the data loading are those of
-``benchmarks/cli_throughput.py``. Methods run interleaved, order reversed every other repeat,
-the 1-minute load average recorded around each call; medians and per-repeat ratios are written.
+``benchmarks/cli_throughput.py`` (:mod:`pmi_decode.experiments.benchmarking`). Methods run
+interleaved, order reversed every other repeat, the 1-minute load average recorded around each
+call; medians and per-repeat ratios are written.
 
 ``--parts step`` times one document-free decoding step alone (one token through the model with
 a KV cache of the sample's document-free prompts, cut back after every call), full projection
@@ -29,23 +30,19 @@ import json
 import os
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
+import torch
+
+import pmi_decode.generation as generation
+from pmi_decode import build_inputs, pmi_generate
+from pmi_decode.experiments.benchmarking import real_dialogue_records, shared_data_dir
+from pmi_decode.generation import prompt_cache
+from pmi_decode.processor import cache_keyword, prefill
+from pmi_decode.projection import ColumnProjection
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import torch  # noqa: E402
-from cli_throughput import _default_data_dir, load_records  # noqa: E402
-
-import pmi_decode.generation as generation  # noqa: E402
-from pmi_decode import build_inputs, pmi_generate  # noqa: E402
-from pmi_decode.generation import prompt_cache  # noqa: E402
-from pmi_decode.processor import cache_keyword  # noqa: E402
-from pmi_decode.processor import prefill  # noqa: E402
-from pmi_decode.projection import ColumnProjection  # noqa: E402
 
 SETTINGS = {"greedy-raw": dict(num_beams=1),
             "beam4-conditional-end": dict(num_beams=4, conditional_end=True, normalize=True)}
@@ -208,8 +205,8 @@ def main(argv=None):
     from pmi_decode.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(args.model)
-    data_dir = Path(args.data_dir) if args.data_dir else _default_data_dir("topicalchat")
-    records = load_records("topicalchat", data_dir)
+    data_dir = Path(args.data_dir) if args.data_dir else shared_data_dir("topicalchat", ROOT)
+    records = real_dialogue_records("topicalchat", data_dir)
     batch = random.Random(args.seed).sample(records, min(args.batch_size, len(records)))
     inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
     result = {"meta": {"dataset": "topicalchat", "model": args.model, "torch": torch.__version__,

@@ -20,19 +20,17 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import decode_speed  # noqa: E402
-from cli_throughput import _default_data_dir, load_records  # noqa: E402
+from pmi_decode import build_inputs
+from pmi_decode.experiments.benchmarking import (
+    random_dialogue_inputs, random_weight_model, real_dialogue_records, shared_data_dir)
+from pmi_decode.processor import _NUCLEUS_STAGES
 
-from pmi_decode import build_inputs  # noqa: E402
-from pmi_decode.processor import _NUCLEUS_STAGES  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class NucleusRecorder(LogitsProcessor):
@@ -67,7 +65,7 @@ def trained(args) -> dict:
     from pmi_decode.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer("embedded")
-    records = load_records("topicalchat", _default_data_dir("topicalchat"))[: args.dialogues]
+    records = real_dialogue_records("topicalchat", shared_data_dir("topicalchat", ROOT))[: args.dialogues]
     recorder = NucleusRecorder(args.p)
     for start in range(0, len(records), 4):
         batch = records[start:start + 4]
@@ -81,8 +79,8 @@ def trained(args) -> dict:
 
 
 def random_model(name: str, scale: float, args) -> dict:
-    model = decode_speed.build_model(name, "cpu", logit_scale=scale)
-    inputs = decode_speed.make_inputs(model, "faithdial", 8, "cpu")
+    model = random_weight_model(name, "cpu", logit_scale=scale)
+    inputs = random_dialogue_inputs(model, "faithdial", 8, "cpu")
     recorder = NucleusRecorder(args.p)
     with torch.no_grad():
         model.generate(**inputs["conditional"], max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,

@@ -13,16 +13,13 @@ response per dialogue), and a third run shows batched scoring without sharing th
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pmi_decode.data.begin import read_begin  # noqa: E402
-from pmi_decode.metrics import PMIFaith  # noqa: E402
+from pmi_decode.data.begin import read_begin
+from pmi_decode.metrics import PMIFaith
 
 
 def main(argv=None):

@@ -6,14 +6,9 @@
 Time each from outside (``/usr/bin/time -f %e``); the difference to a full run is decoding.
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import pmi_decode.cli  # noqa: E402,F401
-from pmi_decode.batch.distributed import process_group  # noqa: E402
-from pmi_decode.models import load_model_and_tokenizer  # noqa: E402
+import pmi_decode.cli  # noqa: F401
+from pmi_decode.batch.distributed import process_group
+from pmi_decode.models import load_model_and_tokenizer
 
 processes = process_group()
 load_model_and_tokenizer("embedded")

@@ -33,27 +33,20 @@ import argparse
 import hashlib
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pmi_decode.batch import distributed  # noqa: E402
-from pmi_decode.data.begin import read_begin  # noqa: E402
-from pmi_decode.data.faithdial_audit import read_faithdial_audit  # noqa: E402
-from pmi_decode.metrics import meta_eval  # noqa: E402
-from pmi_decode.batch.scoring import get_metric  # noqa: E402
+from pmi_decode.batch import distributed
+from pmi_decode.batch.scoring import get_metric
+from pmi_decode.data.begin import read_begin
+from pmi_decode.data.faithdial_audit import read_faithdial_audit
+from pmi_decode.experiments.faith_rows import row_key
+from pmi_decode.metrics import meta_eval
 
 logger = logging.getLogger("begin")
-
-
-def row_key(example) -> str:
-    text = "\t".join((example.knowledge, example.message, example.response))
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:20]
 
 
 def metric_id(entry: dict, scorer_model: str) -> str:
@@ -172,51 +165,15 @@ def shard_settings(entry, scorer_model, chunk_size: int) -> dict:
             "chunk_size": int(chunk_size)}
 
 
-def read_shards(cache_path: Path, settings: dict) -> dict:
-    """Scores already in the shard files beside ``cache_path`` (of any process count), by key;
-    refuses records written with other settings."""
-    folder = distributed.shard_dir(cache_path)
-    written = {}
-    for path in sorted(folder.glob("part-*.jsonl")):
-        for record in distributed.read_shard_records(path):
-            if record.get("settings") != settings:
-                raise distributed.ShardError(
-                    f"{path}: scores of an unfinished run with other settings "
-                    f"({distributed.settings_difference(record.get('settings'), settings)}); rerun with those "
-                    f"settings to finish it, or delete {folder} to discard it"
-                )
-            written.setdefault(record["id"], record["scores"])
-    return written
-
-
 def merge_shards(cache_path: Path, chunks, settings: dict) -> int:
     """Append every sharded score missing from the cache to it (planned rows in plan order, so the
     cache reads as a one-process run's would), then remove the shard files. A kill here leaves
     the shards; the next run appends only what is still missing. Returns the rows appended."""
-    written = read_shards(cache_path, settings)
-    planned = [key for chunk in chunks for key, _ in chunk]
-    missing = [key for key in planned if key not in written]
-    if missing:
-        raise distributed.ShardError(
-            f"{len(missing)} of {len(planned)} rows are in no shard file of {distributed.shard_dir(cache_path)} "
-            f"(first: {missing[:3]}); a process stopped early: rerun the same command to score them"
-        )
-    cached = set(load_cache(cache_path))
-    distributed.repair_tail(cache_path)
-    appended = 0
-    with cache_path.open("a", encoding="utf-8") as handle:
-        for key in planned + [k for k in written if k not in set(planned)]:
-            if key not in cached:
-                handle.write(json.dumps({"key": key, "scores": written[key]}) + "\n")
-                cached.add(key)
-                appended += 1
-    for path in distributed.shard_dir(cache_path).glob("part-*.jsonl"):
-        path.unlink()
-    try:
-        distributed.shard_dir(cache_path).rmdir()
-    except OSError:
-        pass
-    return appended
+    return distributed.append_shards(
+        cache_path, [key for chunk in chunks for key, _ in chunk],
+        lambda record: json.dumps({"key": record["id"], "scores": record["scores"]}),
+        present=load_cache(cache_path), settings=settings,
+    )
 
 
 def score_metric_sharded(entry, examples, keys, cache_dir: Path, scorer_model, chunk_size,
@@ -239,8 +196,8 @@ def score_metric_sharded(entry, examples, keys, cache_dir: Path, scorer_model, c
     distributed.repair_tail(own)
     processes.wait()  # no process reads a shard file while its owner repairs it
     cache = load_cache(cache_path)
-    written = read_shards(cache_path, settings)
-    chunks = plan_chunks(examples, keys, set(cache) - set(written), chunk_size)
+    written = set(distributed.shard_records(cache_path, settings))  # rows in any process's shard file
+    chunks = plan_chunks(examples, keys, set(cache) - written, chunk_size)
     mine = [c for c in distributed.shard_units(chunks, processes.index, processes.count)
             if any(key not in written for key, _ in c)]
     logger.info("%s: process %d of %d scores %d of %d chunks -> %s", name, processes.index, processes.count,
@@ -262,7 +219,7 @@ def score_metric_sharded(entry, examples, keys, cache_dir: Path, scorer_model, c
             for (key, _), scores in zip(chunk, results):
                 if key not in written:
                     handle.write(json.dumps({"id": key, "settings": settings, "scores": scores}) + "\n")
-                    written[key] = scores
+                    written.add(key)
             handle.flush()
     reasons = [r for r in processes.gather(reason) if r]
     if reasons:
@@ -453,7 +410,7 @@ def main(argv=None) -> dict | None:
             f"(per source: {covered})."
         )
     # BEGIN's three classes for every evaluated metric (pmi_decode.metrics.meta_eval.three_way_view;
-    # eval/meta_eval_report.py writes the tables). Off with `three_way: false` in the config.
+    # eval/studies/meta_eval_report.py writes the tables). Off with `three_way: false` in the config.
     if columns_values and config.get("three_way", True):
         evaluated = [e for e, c in zip(examples, common) if c]
         folds_or_files = split_rows(config, evaluated)  # the same calibration split as above

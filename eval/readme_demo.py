@@ -25,7 +25,6 @@ BEGIN, END = "<!-- demo-run: begin (eval/readme_demo.py writes this part) -->", 
 
 def excerpt(run: dict, dialogue_id: str = SHOWN, width: int = WIDTH) -> str:
     """One dialogue of the run as ``pmi-decode demo`` prints it, without its index and gold lines."""
-    sys.path.insert(0, str(ROOT))
     from pmi_decode.batch.decode import read_dialogues_jsonl
     from pmi_decode.demo import demo_dialogues_path, format_dialogue
 

@@ -48,9 +48,8 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from pmi_decode.metrics.grammar import get_checker
     from pmi_decode.experiments.report import score_files
+    from pmi_decode.metrics.grammar import get_checker
 
     if args.threads:
         import torch

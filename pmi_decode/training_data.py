@@ -253,3 +253,29 @@ def holdout_split(records, part: str, *, key: str, test: int, eval: int, seed: i
     chosen = {"test": set(groups[:test]), "eval": set(groups[test : test + eval]),
               "train": set(groups[test + eval :])}[part]
     return [r for r in records if r.meta[key] in chosen]
+
+
+def load_split(config: dict, part: str):
+    """Records of ``part`` ('train', 'eval' or 'test') as a fine-tuning config defines them.
+
+    The keys read: ``dataset``, ``data_dir``, ``loader_options``, ``train_split``, ``eval_split``,
+    ``test_split`` (default ``test``), ``holdout`` (``{key, test, eval, seed}``: every part cut
+    from the train split by :func:`holdout_split`) and ``max_<part>_examples``. Fine-tuning
+    (``training/finetune.py``) and decoding its held-out part (``eval/decode.py``) share it, so
+    both see the same records.
+    """
+    from .data import load_dialogues
+
+    if not config["dataset"]:
+        raise ValueError("config key 'dataset' is not set (faithdial, multidoc2dial or topicalchat)")
+    options = dict(config.get("loader_options") or {})
+    holdout = config.get("holdout")
+    if holdout:
+        records = load_dialogues(config["dataset"], config["train_split"], config["data_dir"], **options)
+        records = holdout_split(records, part, key=holdout.get("key", "conversation_id"), test=holdout["test"],
+                                eval=holdout["eval"], seed=holdout.get("seed", 0))
+    else:
+        split = {"train": config["train_split"], "eval": config["eval_split"]}.get(part, config.get("test_split", "test"))
+        records = load_dialogues(config["dataset"], split, config["data_dir"], **options)
+    limit = config.get(f"max_{part}_examples")
+    return records[:limit] if limit else records

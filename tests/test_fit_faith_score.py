@@ -1,23 +1,30 @@
-"""eval/fit_faith_score.py end to end on a small synthetic pair of dev sets: fitting from the
-per-row files (``--from-rows``) reproduces the fit from the token caches, and a per-row file that
-does not match the data is refused by name."""
+"""eval/studies/fit_faith_score.py end to end on a small synthetic pair of dev sets: fitting from
+the per-row files (``--from-rows``) reproduces the fit from the token caches, and a per-row file
+that does not match the data is refused by name."""
 
 import csv
+import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from pmi_decode.experiments.faith_rows import load_rows, row_key
+from pmi_decode.metrics.semantic_support import SEMANTIC_FEATURES
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "eval"))
 
-import fit_faith_score  # noqa: E402
-from faith_tokens import load_rows, row_key  # noqa: E402
 
-from pmi_decode.metrics.semantic_support import SEMANTIC_FEATURES  # noqa: E402
+def _load_study(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "eval" / "studies" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fit_faith_score = _load_study("fit_faith_score")
 
 PEOPLE = ["Ada Lovelace", "Alan Turing", "Grace Hopper", "Edsger Dijkstra", "Barbara Liskov", "Donald Knuth"]
 THINGS = ["the engine", "the machine", "the compiler", "the algorithm", "the language", "the book"]
@@ -169,9 +176,9 @@ def test_coefficients_need_both_dev_sets(dev_sets, tmp_path):
 
 
 def test_fact_swap_changes_exactly_one_supported_fact():
-    """eval/fact_swap_check.py's perturbation: one year, count or name replaced by one the
+    """eval/studies/fact_swap_check.py's perturbation: one year, count or name replaced by one the
     sources do not hold, written the same way; the rest of the response is untouched."""
-    import fact_swap_check
+    fact_swap_check = _load_study("fact_swap_check")
 
     from pmi_decode.metrics.fact_support import fact_features, fact_units, source_forms
     from pmi_decode.metrics.token_aggregation import load_nlp, load_nlp_ner

@@ -184,13 +184,14 @@ def test_begin_harness_caches_rows_and_reports_unavailable_metrics(tmp_path):
 
 
 def _fit_script():
-    import sys
+    import importlib.util
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
-    import fit_faith_score
-
-    return fit_faith_score
+    path = Path(__file__).resolve().parents[1] / "eval" / "studies" / "fit_faith_score.py"
+    spec = importlib.util.spec_from_file_location("fit_faith_score", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_rank_auroc_of_the_fit_script_matches_scikit_learn():

@@ -1,4 +1,4 @@
-"""eval/meta_eval_report.py on the BEGIN fixtures: three-way and system-level reports, external scores."""
+"""eval/studies/meta_eval_report.py on the BEGIN fixtures: three-way and system-level reports, external scores."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pmi_decode.experiments.faith_rows import texts_key
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("meta_eval_report", ROOT / "eval" / "meta_eval_report.py")
+    spec = importlib.util.spec_from_file_location("meta_eval_report", ROOT / "eval" / "studies" / "meta_eval_report.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -27,7 +29,7 @@ def test_reports_with_external_scores_and_an_unavailable_nli(tmp_path):
     rows = [r for f in sorted((ROOT / "tests/fixtures/begin").glob("*.tsv")) for r in read_begin(f)]
     # an oracle metric in the BEGIN harness cache format, and one in the row format, covering all rows
     cache = tmp_path / "oracle.jsonl"
-    cache.write_text("".join(json.dumps({"key": report_script.row_key(r.knowledge, r.message, r.response),
+    cache.write_text("".join(json.dumps({"key": texts_key(r.knowledge, r.message, r.response),
                                          "scores": {"oracle": float(r.faithful), "num_tokens": 3}}) + "\n"
                              for r in rows))
     by_text = tmp_path / "length.jsonl"

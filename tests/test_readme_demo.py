@@ -1,19 +1,19 @@
 """The README's demo numbers come from the committed demo run, made with the demo's current defaults."""
 
+import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from tiny_models import saved_tiny_model
 
+from pmi_decode.cli import main
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "eval"))
-
-import readme_demo  # noqa: E402
-
-from pmi_decode.cli import main  # noqa: E402
+_spec = importlib.util.spec_from_file_location("readme_demo", ROOT / "eval" / "readme_demo.py")
+readme_demo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(readme_demo)
 
 RUN = json.loads(readme_demo.RUN.read_text(encoding="utf-8"))
 

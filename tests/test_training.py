@@ -1,7 +1,7 @@
 """Training features, the collator, the saved input layout, and fine-tuning smoke runs on tiny models."""
 
+import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +25,10 @@ from pmi_decode.training_data import (
 from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from training.finetune import finetune, load_config  # noqa: E402
+_spec = importlib.util.spec_from_file_location("finetune_script", ROOT / "training" / "finetune.py")
+_finetune_script = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_finetune_script)
+finetune, load_config = _finetune_script.finetune, _finetune_script.load_config
 
 FIX = Path(__file__).parent / "fixtures"
 

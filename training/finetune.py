@@ -18,25 +18,19 @@ import argparse
 import json
 import logging
 import math
-import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from pmi_decode.config import load_config as _load_config  # noqa: E402
-from pmi_decode.inputs import DialogueFormat  # noqa: E402
-from pmi_decode.training_data import (  # noqa: E402
+from pmi_decode.config import load_config as _load_config
+from pmi_decode.inputs import DialogueFormat
+from pmi_decode.training_data import (
     SPECIAL_TOKEN_FORMAT,
     SPECIAL_TOKENS,
     DialogueCollator,
     InputSpec,
     add_special_tokens,
     build_examples,
-    holdout_split,
+    load_split,
     save_input_spec,
 )
 
@@ -104,25 +98,6 @@ def input_spec(config: dict) -> InputSpec:
         max_target_length=config["max_target_length"], chat_template=bool(config["chat_template"]),
         special_tokens=list(SPECIAL_TOKENS) if config["special_tokens"] else [],
     )
-
-
-def load_split(config: dict, part: str):
-    """Records of ``part`` ('train', 'eval' or 'test') as the config defines them."""
-    from pmi_decode.data import load_dialogues
-
-    if not config["dataset"]:
-        raise ValueError("config key 'dataset' is not set (faithdial, multidoc2dial or topicalchat)")
-    options = dict(config.get("loader_options") or {})
-    holdout = config.get("holdout")
-    if holdout:
-        records = load_dialogues(config["dataset"], config["train_split"], config["data_dir"], **options)
-        records = holdout_split(records, part, key=holdout.get("key", "conversation_id"), test=holdout["test"],
-                                eval=holdout["eval"], seed=holdout.get("seed", 0))
-    else:
-        split = {"train": config["train_split"], "eval": config["eval_split"]}.get(part, config.get("test_split", "test"))
-        records = load_dialogues(config["dataset"], split, config["data_dir"], **options)
-    limit = config.get(f"max_{part}_examples")
-    return records[:limit] if limit else records
 
 
 def load_model(name: str):

@@ -327,3 +327,84 @@ def decode_sharded(
                                   skip_ids=done, shard=(index, count), **decode_options)
 
     return run_sharded([r["id"] for r in records], output, compute, settings=settings, processes=processes)
+
+
+# ---------------------------------------------------------------------------- append-only outputs
+# run_sharded rewrites its output from the shard records. A caller whose output is an append-only
+# file with a line format of its own (eval/begin.py's score caches: one ``{"key", "scores"}`` line
+# per row, appended as scoring goes) reads the shard files with shard_records and merges them
+# with append_shards instead.
+__all__ += ["append_shards", "shard_records"]
+
+
+def shard_records(output: str | os.PathLike, settings: dict | None = None, tag: str | None = None) -> dict[str, dict]:
+    """Every complete record in the shard files beside ``output`` (of any process count), by id;
+    of repeated ids the first file's record is kept.
+
+    With ``settings``, a record written with other settings is refused: the message names the
+    difference and the folder to delete to discard that unfinished run.
+    """
+    folder = shard_dir(output, tag)
+    records: dict[str, dict] = {}
+    for path in sorted(folder.glob("part-*.jsonl")):
+        for record in read_shard_records(path):
+            if settings is not None and record.get("settings") != settings:
+                raise ShardError(
+                    f"{path}: records of an unfinished run with other settings "
+                    f"({settings_difference(record.get('settings'), settings)}); rerun with those settings "
+                    f"to finish it, or delete {folder} to discard it"
+                )
+            records.setdefault(str(record["id"]), record)
+    return records
+
+
+def append_shards(
+    output: str | os.PathLike,
+    ids: Sequence[str],
+    line: Callable[[dict], str],
+    *,
+    present: Iterable[str] = (),
+    settings: dict | None = None,
+    tag: str | None = None,
+) -> int:
+    """Append the shard files beside ``output`` to it, then remove them; returns the lines appended.
+
+    Args:
+        output: an append-only JSONL file (created if missing); a last line cut off by a kill is
+            dropped first.
+        ids: the planned rows, in the order a one-process run appends them. Every one must be in
+            a shard file; otherwise nothing is appended and :class:`ShardError` says to rerun.
+        line: the output line of a shard record, without its newline.
+        present: ids already in ``output``; their shard records are not appended again, so a
+            merge killed halfway is finished by merging again.
+        settings, tag: as for :func:`shard_records`.
+
+    The planned records go first, in ``ids`` order, then any other shard record (of rows another
+    run planned), so the output reads as a one-process run's. Only the main process may call
+    this, after every process has finished writing.
+    """
+    records = shard_records(output, settings, tag)
+    missing = [key for key in ids if key not in records]
+    if missing:
+        raise ShardError(
+            f"{len(missing)} of {len(ids)} rows are in no shard file of {shard_dir(output, tag)} "
+            f"(first: {missing[:3]}); a process stopped early: rerun the same command to compute them"
+        )
+    output = Path(output)
+    repair_tail(output)
+    planned = set(ids)
+    done = set(present)
+    appended = 0
+    with open(output, "a", encoding="utf-8") as handle:
+        for key in list(ids) + [key for key in records if key not in planned]:
+            if key not in done:
+                handle.write(line(records[key]) + "\n")
+                done.add(key)
+                appended += 1
+    for path in shard_dir(output, tag).glob("part-*.jsonl"):
+        path.unlink()
+    try:
+        shard_dir(output, tag).rmdir()
+    except OSError:
+        pass
+    return appended

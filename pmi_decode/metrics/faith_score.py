@@ -8,7 +8,7 @@ counts as one), the fact units they do not state in that context (:func:`.fact_s
 a value from another sentence, a range the document does not hold) and the sentence-encoder similarity to the closest document sentence
 (:mod:`.semantic_support`, loaded only when a coefficient file uses it). Its
 coefficients, with the feature means and standard deviations, are JSON files inside the package
-(``pmi_decode/metrics/faith_score_coefficients/<scorer>.json``), fitted by ``eval/fit_faith_score.py`` on
+(``pmi_decode/metrics/faith_score_coefficients/<scorer>.json``), fitted by ``eval/studies/fit_faith_score.py`` on
 the development sets named in the file (BEGIN dev and the FaithDial data audit); the fit is
 reproducible from that script. The output is the probability that people would judge the
 response faithful (entailed by the document).
@@ -143,7 +143,7 @@ class FaithModel:
                                    if p.name.endswith(".json"))
                 raise FileNotFoundError(
                     f"no packaged FaithScore coefficients for scorer {source!r}; available: {available}. "
-                    "Fit some with eval/fit_faith_score.py and pass coefficients=PATH"
+                    "Fit some with eval/studies/fit_faith_score.py and pass coefficients=PATH"
                 )
             return cls(json.loads(packaged.read_text()))
         if not path.is_file():

@@ -15,7 +15,7 @@ run() {  # label, peaked (yes/no), mask (yes/no)
     grep -q "MUTATION" "$d/pmi_decode/processor.py" || { echo "mutation not applied"; exit 1; }
   fi
   if [ "$2" = no ]; then
-    sed -i 's/^PEAKED = .*/PEAKED = {"bart": 1.0, "llama": 1.0, "gpt2": 1.0, "t5": 1.0, "bloom": 1.0}/' "$d/tests/tiny_models.py"
+    sed -i 's/^PEAKED = .*/PEAKED = {"bart": 1.0, "llama": 1.0, "gpt2": 1.0, "t5": 1.0, "bloom": 1.0}/' "$d/pmi_decode/testing.py"
   fi
   (cd "$d" && PYTHONPATH="$d" OMP_NUM_THREADS=1 "$PY" -m pytest -q -p no:cacheprovider $TESTS 2>&1 | tail -1) | sed "s/^/$1: /"
   rm -rf "$d"

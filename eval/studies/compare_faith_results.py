@@ -1,6 +1,6 @@
-"""Compare two result JSONs of eval/fit_faith_score.py number by number (a reproduction check).
+"""Compare two result JSONs of eval/studies/fit_faith_score.py number by number (a reproduction check).
 
-    python eval/compare_faith_results.py OLD.json NEW.json [--output diff.json]
+    python eval/studies/compare_faith_results.py OLD.json NEW.json [--output diff.json]
 
 Every number the two reports share (metrics, FaithScore rows, feature-set candidates, per source,
 per system, lenient AUROCs) is compared; the output lists how many were compared, the largest

@@ -1,6 +1,6 @@
 """Compare grammar-error backends on sentences with known labels and on human responses.
 
-    python eval/grammar_backends.py --topicalchat /path/to/Topical-Chat --faithdial-audit /path/to/gold \
+    python eval/studies/grammar_backends.py --topicalchat /path/to/Topical-Chat --faithdial-audit /path/to/gold \
         --num-human 300 --output docs/results/grammar/comparison.json
 
 1. ``docs/results/grammar/handmade_sentences.jsonl``: grammatical and ungrammatical sentences
@@ -23,10 +23,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from pmi_decode.metrics.grammar import get_checker
 
-from pmi_decode.metrics.grammar import get_checker  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 VARIANTS = {
     "quire": ("quire", {}),
@@ -109,7 +108,7 @@ def main(argv=None) -> int:
     if args.faithdial_audit:
         human["faithdial_audit_gold"] = faithdial_audit_responses(Path(args.faithdial_audit), args.num_human,
                                                                   args.seed)
-    results = {"command": " ".join(["python eval/grammar_backends.py"] + (argv or sys.argv[1:])),
+    results = {"command": " ".join(["python eval/studies/grammar_backends.py"] + (argv or sys.argv[1:])),
                "num_human_per_set": args.num_human, "seed": args.seed, "backends": {}}
     for name in args.variants.split(","):
         backend, options = VARIANTS[name]

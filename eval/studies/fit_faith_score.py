@@ -1,9 +1,9 @@
 """Meta-evaluate every faithfulness feature on both dev sets, and fit the FaithScore.
 
-    python eval/fit_faith_score.py --scorer-model embedded [--write-coefficients]
-    python eval/fit_faith_score.py --scorer-model embedded --from-rows docs/results/faith [...]
+    python eval/studies/fit_faith_score.py --scorer-model embedded [--write-coefficients]
+    python eval/studies/fit_faith_score.py --scorer-model embedded --from-rows docs/results/faith [...]
 
-Reads the token caches written by ``eval/faith_tokens.py`` for BEGIN dev and the FaithDial data
+Reads the token caches written by ``eval/studies/faith_tokens.py`` for BEGIN dev and the FaithDial data
 audit (``.cache/faith/{begin,audit}-<scorer>.jsonl``) or, with ``--from-rows DIR``, the per-row
 files this script wrote before (PMI values as stored, texts joined back by key, every text-only
 feature computed again), computes every feature of :mod:`pmi_decode.metrics.faith_score`
@@ -15,14 +15,15 @@ side by side:
 * F1 with the threshold chosen on the *other* data set (min-max range and best-F1 threshold of
   the other set's values), and F1 with 5-fold cross-calibration within the set.
 
-The FaithScore (standardised L2 logistic regression on ``FEATURE_SET``, ``C`` fixed below, not
-tuned) is fitted on BEGIN's labels and the data audit's *lenient* labels (entailment without
-hallucination; ``--audit-fit-labels strict`` fits the strict ones: they also mark entailed but
-uncooperative responses unfaithful, which no document-grounding feature can see, and the model
-fitted on them transferred worse to BEGIN). Evaluation always uses the strict labels (and
-reports the lenient ones beside). It is evaluated the same way with fitted coefficients: fit on BEGIN -> test on the audit,
-fit on the audit -> test on BEGIN, and 5-fold cross-fitting within each set. With
-``--write-coefficients`` the model refitted on the union of both dev sets is written to
+The FaithScore (standardised L2 logistic regression on ``FEATURE_SET``, ``C`` fixed in
+:mod:`pmi_decode.experiments.faith_fit`, not tuned) is fitted on BEGIN's labels and the data audit's
+*lenient* labels (entailment without hallucination; ``--audit-fit-labels strict`` fits the strict
+ones: they also mark entailed but uncooperative responses unfaithful, which no document-grounding
+feature can see, and the model fitted on them transferred worse to BEGIN). Evaluation always uses
+the strict labels (and reports the lenient ones beside). It is evaluated the same way with fitted
+coefficients: fit on BEGIN -> test on the audit, fit on the audit -> test on BEGIN, and 5-fold
+cross-fitting within each set. With ``--write-coefficients`` the model refitted on the union of both
+dev sets is written to
 ``pmi_decode/metrics/faith_score_coefficients/<scorer>.json``: the shipped coefficients.
 
 Also writes one JSONL per data set, ``<output-dir>/rows_<dataset>_<scorer>.jsonl`` (``_fit_strict``
@@ -38,97 +39,28 @@ import argparse
 import json
 import logging
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "eval"))
+from pmi_decode.experiments.faith_fit import (
+    C, CANDIDATE_FEATURE_SETS, DATASETS, NEGATED, REPORTED, TIE, fit, predict)
+from pmi_decode.experiments.faith_rows import load_rows, read_token_cache, row_key
+from pmi_decode.metrics import meta_eval
+from pmi_decode.metrics.fact_support import fact_features, wrong_fact_features
+from pmi_decode.metrics.faith_score import features, lexical_features
+from pmi_decode.metrics.overlap import rouge_l
+from pmi_decode.metrics.semantic_support import SEMANTIC_FEATURES, semantic_features
+from pmi_decode.metrics.token_aggregation import load_nlp, load_nlp_ner
 
-from faith_tokens import load_rows, read_cache, row_key  # noqa: E402
-
-from pmi_decode.metrics import meta_eval  # noqa: E402
-from pmi_decode.metrics.fact_support import (  # noqa: E402
-    FACT_FEATURES, WRONG_FACT_FEATURES, fact_features, wrong_fact_features)
-from pmi_decode.metrics.faith_score import features, lexical_features  # noqa: E402
-from pmi_decode.metrics.overlap import rouge_l  # noqa: E402
-from pmi_decode.metrics.semantic_support import SEMANTIC_FEATURES, semantic_features  # noqa: E402
-from pmi_decode.metrics.token_aggregation import load_nlp, load_nlp_ner  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 logger = logging.getLogger("fit_faith_score")
 
-#: Candidate inputs of the FaithScore, declared before comparing them. ``--feature-set auto`` (the
-#: default) picks the one with the best mean of the two cross-dataset transfer AUROCs (fit on BEGIN
-#: -> test on the audit, fit on the audit -> test on BEGIN; strict labels), the smaller set winning
-#: ties within ``TIE``: the aim is a model that holds on a data set it has not seen, not the best fit.
-CANDIDATE_FEATURE_SETS = {
-    # The first release's nine features.
-    "full9": ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
-              "content_in_document", "unsupported_content", "unigram_f1", "log_words"),
-    # Lexical support (the best single score), unsupported words, and the PMI signal in one mean.
-    "support3": ("content_in_document", "unsupported_content", "pmi_min_mean"),
-    # Lexical support and the PMI mean only.
-    "support2": ("content_in_document", "pmi_min_mean"),
-    # Declared before any dev number of the fact and sentence-encoder features was seen (a 2 x 2
-    # design: the small or the nine-feature base, plus the fact counts, plus the encoder):
-    # support2 + the fact units of pmi_decode.metrics.fact_support (one wrong year or name).
-    "support_facts": ("content_in_document", "pmi_min_mean", *FACT_FEATURES),
-    # ... + the MiniLM similarity to the closest document sentence.
-    "support_facts_semantic": ("content_in_document", "pmi_min_mean", *FACT_FEATURES, *SEMANTIC_FEATURES),
-    # full9 + the fact units.
-    "full9_facts": ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
-                    "content_in_document", "unsupported_content", "unigram_f1", "log_words", *FACT_FEATURES),
-    # full9 + the fact units + the encoder.
-    "full9_facts_semantic": ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
-                             "content_in_document", "unsupported_content", "unigram_f1", "log_words",
-                             *FACT_FEATURES, *SEMANTIC_FEATURES),
-    # Declared after the seven above were compared, before any dev number of the in-context counts
-    # (pmi_decode.metrics.fact_support.wrong_facts) was computed: each scorer's shipped set
-    # (support_facts for SmolLM2, full9_facts for Gemma) plus the count of wrong facts in context,
-    # or plus that count split into numbers and names.
-    "support_facts_wrong": ("content_in_document", "pmi_min_mean", *FACT_FEATURES, "wrong_facts_in_context"),
-    "support_facts_wrong_split": ("content_in_document", "pmi_min_mean", *FACT_FEATURES,
-                                  "wrong_numbers_in_context", "wrong_names_in_context"),
-    "full9_facts_wrong": ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
-                          "content_in_document", "unsupported_content", "unigram_f1", "log_words",
-                          *FACT_FEATURES, "wrong_facts_in_context"),
-    "full9_facts_wrong_split": ("cpmi_mean", "upmi_mean", "cpmi_low3", "cpmi_supported_share", "pmi_min_mean",
-                                "content_in_document", "unsupported_content", "unigram_f1", "log_words",
-                                *FACT_FEATURES, "wrong_numbers_in_context", "wrong_names_in_context"),
-}
-TIE = 0.002
 #: Sentence-encoder features by row key (they depend on the texts only, so every scorer shares them).
 SEMANTIC_CACHE = ROOT / "docs" / "results" / "faith" / "semantic_features.jsonl"
 FEATURE_SET = CANDIDATE_FEATURE_SETS["full9"]  # replaced by the chosen set in main()
-C = 1.0
 FOLDS = 5
-DATASETS = ("begin", "audit")
-#: Reported metrics: display name -> row column (higher = more faithful for every one).
-REPORTED = {
-    "Unigram F1": "unigram_f1", "ROUGE-L": "rouge_l",
-    "CPMI mean (EOS)": "cpmi_mean_eos", "CPMI mean": "cpmi_mean", "CPMI sum": "cpmi_sum",
-    "UPMI mean": "upmi_mean", "CPMI content mean": "cpmi_content_mean", "CPMI content min": "cpmi_content_min",
-    "CPMI lowest 3": "cpmi_low3", "CPMI supported share": "cpmi_supported_share",
-    "CPMI not-in-history mean": "cpmi_novel_mean", "min(CPMI, UPMI) mean": "pmi_min_mean",
-    "UPMI lowest 3": "upmi_low3", "Content words in document": "content_in_document",
-    "Unsupported content words (negated)": "neg_unsupported_content",
-    "Unsupported numbers (negated)": "neg_unsupported_numbers",
-    "Unsupported entities (negated)": "neg_unsupported_entities",
-    "Fact support share": "fact_support_share",
-    "Weakest sentence support": "weakest_sentence_support",
-    "Wrong facts in context (negated)": "neg_wrong_facts_in_context",
-    "Wrong numbers in context (negated)": "neg_wrong_numbers_in_context",
-    "Wrong names in context (negated)": "neg_wrong_names_in_context",
-    "Closest document sentence, MiniLM cosine": "doc_sentence_cosine",
-    "Weakest sentence, MiniLM cosine": "weakest_sentence_cosine",
-    "FaithScore": "faith_score",
-}
-#: Negated copies of "lower = more faithful" counts, so every reported column ranks the same way.
-NEGATED = {"neg_unsupported_content": "unsupported_content", "neg_unsupported_numbers": "unsupported_numbers",
-           "neg_unsupported_entities": "unsupported_entities",
-           **{f"neg_{name}": name for name in WRONG_FACT_FEATURES}}
 #: Fewer scored rows of a dev set than this: that set is left out (one-set report, or an error).
 MIN_ROWS = 50
 
@@ -182,7 +114,7 @@ def _add_rouge_l(rows: list[dict]) -> list[dict]:
 def build_rows(dataset: str, data_dir: Path, cache_path: Path, nlp, nlp_ner=None) -> list[dict]:
     """Feature rows of the cached responses of one dev set, in data-set order (the texts ride
     along in ``_document``, ``_history``, ``_response`` until :func:`drop_texts`)."""
-    cache = read_cache(cache_path)
+    cache = read_token_cache(cache_path)
     rows = []
     for example in load_rows(dataset, data_dir):
         key = row_key(example)
@@ -206,8 +138,8 @@ def rows_from_file(dataset: str, data_dir: Path, path: Path, nlp, nlp_ner=None) 
     """Feature rows of one dev set from a committed per-row file (``rows_<dataset>_<scorer>.jsonl``)
     instead of a token cache. The PMI values are read as stored (6 significant digits; they cannot
     be recomputed without the scorer); the texts are joined back by ``key`` from the data set, and
-    every text-only feature (overlap, lexical support, :data:`FACT_FEATURES`,
-    :data:`WRONG_FACT_FEATURES`, ROUGE-L) is computed
+    every text-only feature (overlap, lexical support, the fact units of
+    :mod:`pmi_decode.metrics.fact_support`, ROUGE-L) is computed
     from them at full precision, as :func:`build_rows` does. A key that appears several times in
     the data set (the same document, turn and response) is matched in order, as it was written."""
     queues: dict[str, list] = {}
@@ -260,28 +192,6 @@ def drop_texts(rows: list[dict]) -> None:
     for row in rows:
         for key in ("_document", "_history", "_response"):
             row.pop(key, None)
-
-
-def matrix(rows, feature_set) -> np.ndarray:
-    return np.array([[float(r[f]) for f in feature_set] for r in rows])
-
-
-def fit(rows, feature_set, c: float = C) -> dict:
-    """Standardised L2 logistic regression; returns the coefficient spec of ``FaithModel``."""
-    from sklearn.linear_model import LogisticRegression
-
-    x, y = matrix(rows, feature_set), np.array([r["fit_label"] for r in rows])
-    mean, std = x.mean(0), x.std(0)
-    std[std == 0] = 1.0
-    model = LogisticRegression(C=c, max_iter=2000).fit((x - mean) / std, y)
-    return {"features": list(feature_set), "mean": mean.tolist(), "std": std.tolist(),
-            "coef": model.coef_[0].tolist(), "intercept": float(model.intercept_[0]), "C": c}
-
-
-def predict(spec, rows) -> np.ndarray:
-    x = (matrix(rows, spec["features"]) - np.array(spec["mean"])) / np.array(spec["std"])
-    z = x @ np.array(spec["coef"]) + spec["intercept"]
-    return 1 / (1 + np.exp(-z))
 
 
 def strata(rows) -> list[str]:
@@ -521,7 +431,7 @@ def main(argv=None) -> dict:
             if other_rows is not None and other_rows.is_file():
                 keys = {json.loads(line)["key"] for line in other_rows.open(encoding="utf-8")}
             else:
-                keys = set(read_cache(Path(args.cache_dir) / f"{d}-{other_scorer}.jsonl"))
+                keys = set(read_token_cache(Path(args.cache_dir) / f"{d}-{other_scorer}.jsonl"))
             rows[d] = [r for r in rows[d] if r["key"] in keys]
         scorer = f"{scorer}_on_{args.same_rows_as.replace('/', '_')}_rows"
     logger.info("features: %s", {d: len(rows[d]) for d in DATASETS})
@@ -531,7 +441,8 @@ def main(argv=None) -> dict:
         row["fit_label"] = row["label_lenient"] if args.audit_fit_labels == "lenient" else row["label"]
     usable = [d for d in DATASETS if len(rows[d]) >= MIN_ROWS]
     if not usable:
-        raise SystemExit(f"fewer than {MIN_ROWS} scored rows of each dev set for {scorer}; run eval/faith_tokens.py first")
+        raise SystemExit(f"fewer than {MIN_ROWS} scored rows of each dev set for {scorer}; "
+                         "run eval/studies/faith_tokens.py first")
     if len(usable) == 1:
         if args.write_coefficients:
             raise SystemExit(f"--write-coefficients needs both dev sets; only {usable[0]} has {MIN_ROWS}+ scored rows "
@@ -633,7 +544,7 @@ def main(argv=None) -> dict:
     if args.write_coefficients:
         union = fit(rows["begin"] + rows["audit"], FEATURE_SET)
         union.update(scorer_model=args.scorer_model, fitted_on={d: report["datasets"][d] for d in DATASETS},
-                     fitted_by=" ".join(["eval/fit_faith_score.py", "--scorer-model", args.scorer_model,
+                     fitted_by=" ".join(["eval/studies/fit_faith_score.py", "--scorer-model", args.scorer_model,
                                          *(["--from-rows", args.from_rows] if args.from_rows else []),
                                          *(["--feature-set", args.feature_set] if args.feature_set != "auto" else []),
                                          *(["--audit-fit-labels", "strict"] if args.audit_fit_labels == "strict" else []),

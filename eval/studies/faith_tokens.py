@@ -1,14 +1,15 @@
 """Score a faithfulness dev set once with PMI-Faith and keep every token's values.
 
-    python eval/faith_tokens.py --dataset begin --data-dir ../shared/data/begin --scorer-model embedded
-    python eval/faith_tokens.py --dataset audit --data-dir ../shared/data/faithdial_data_audit
+    python eval/studies/faith_tokens.py --dataset begin --data-dir ../shared/data/begin --scorer-model embedded
+    python eval/studies/faith_tokens.py --dataset audit --data-dir ../shared/data/faithdial_data_audit
 
 Writes one JSONL line per response to ``--cache`` (default ``.cache/faith/<dataset>-<model>.jsonl``):
-the row ``key`` (as :func:`eval.begin.row_key`), the response ``tokens`` as text, ``token_cpmi``,
-``token_upmi``, ``token_logprob_dh`` (log P with document and history) and ``token_logprob_d``
-(document only), scored with the end-of-sequence token last (drop it for the no-EOS variants).
-Every aggregation of :mod:`pmi_decode.metrics.pmi_faith` is then computed from this cache
-without running the model again (``eval/fit_faith_score.py``).
+the row ``key`` (:func:`pmi_decode.experiments.faith_rows.row_key`, as ``eval/begin.py`` keys
+rows), the response ``tokens`` as text, ``token_cpmi``, ``token_upmi``, ``token_logprob_dh``
+(log P with document and history) and ``token_logprob_d`` (document only), scored with the
+end-of-sequence token last (drop it for the no-EOS variants). Every aggregation of
+:mod:`pmi_decode.metrics.pmi_faith` is then computed from this cache without running the model
+again (``eval/studies/fit_faith_score.py``).
 
 Rows are scored in a seeded random order of documents, appending as they go, so an interrupted or
 time-limited run leaves a seeded random subset (the order depends on ``--seed`` only) and a
@@ -20,50 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pmi_decode.experiments.faith_rows import load_rows, read_token_cache, row_key
 
 logger = logging.getLogger("faith_tokens")
-
-BEGIN_FILES = ("begin_dev_wow.tsv", "begin_dev_tc.tsv", "begin_dev_cmu.tsv")
-
-
-def row_key(example) -> str:
-    """Same key as ``eval/begin.py``: a hash of document, previous turn and response."""
-    import hashlib
-
-    text = "\t".join((example.knowledge, example.message, example.response))
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:20]
-
-
-def load_rows(dataset: str, data_dir: Path) -> list:
-    """The dev set's examples (BEGIN dev files, or the data audit under the strict mapping)."""
-    if dataset == "begin":
-        from pmi_decode.data.begin import read_begin
-
-        return [e for name in BEGIN_FILES for e in read_begin(data_dir / name)]
-    if dataset == "audit":
-        from pmi_decode.data.faithdial_audit import read_faithdial_audit
-
-        return read_faithdial_audit(data_dir)
-    raise ValueError(f"--dataset must be 'begin' or 'audit', got {dataset!r}")
-
-
-def read_cache(path: Path) -> dict:
-    cache = {}
-    if path.is_file():
-        for line in path.open(encoding="utf-8"):
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # cut by an interrupted run: scored again
-            cache[item["key"]] = item
-    return cache
 
 
 def main(argv=None) -> None:
@@ -105,7 +70,7 @@ def main(argv=None) -> None:
     if args.limit is not None:
         order = order[: args.limit]
     cache_path = Path(args.cache or f".cache/faith/{args.dataset}-{args.scorer_model.replace('/', '_')}.jsonl")
-    cache = read_cache(cache_path)
+    cache = read_token_cache(cache_path)
     todo, seen = [], set(cache)
     for i in order.tolist():
         key = row_key(rows[i])

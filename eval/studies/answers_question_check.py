@@ -1,6 +1,6 @@
 """Does an answers-the-question measure tell a reply to the user's turn from a reply to another turn?
 
-    python eval/answers_question_check.py --topicalchat /path/to/Topical-Chat \
+    python eval/studies/answers_question_check.py --topicalchat /path/to/Topical-Chat \
         --faithdial-audit /path/to/gold --num 400 --output docs/results/answers_question/check.json
 
 For human (gold) responses, each measure scores the response against its own last user turn
@@ -25,10 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from pmi_decode.metrics.reader import question_overlap, question_similarity  # noqa: E402
+from pmi_decode.metrics.reader import question_overlap, question_similarity
 
 MEASURES = {"semantic (MiniLM cosine)": question_similarity, "lexical (content-word overlap)": question_overlap}
 
@@ -105,7 +102,7 @@ def main(argv=None) -> int:
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
-    results = {"command": " ".join(["python eval/answers_question_check.py"] + (argv or sys.argv[1:]))}
+    results = {"command": " ".join(["python eval/studies/answers_question_check.py"] + (argv or sys.argv[1:]))}
     if args.topicalchat:
         results["topicalchat_valid_rare"] = evaluate(topicalchat_triples(Path(args.topicalchat), args.num, rng))
     if args.faithdial_audit:

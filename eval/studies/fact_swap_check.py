@@ -1,11 +1,12 @@
 """Diagnostic: does each score notice ONE wrong fact in an otherwise faithful response?
 
-    python eval/fact_swap_check.py --scorer-model embedded --limit 100
+    python eval/studies/fact_swap_check.py --scorer-model embedded --limit 100
 
 The held-out set this project aims at has fluent, on-topic responses that get one fact wrong (a
 wrong year, name or number); neither dev set looks like that. This check builds such responses
 from the dev sets' own faithful ones, the same way for every score, and is never used to choose
-features or coefficients (the feature set is fixed by ``eval/fit_faith_score.py``'s declared rule):
+features or coefficients (the feature set is fixed by the declared rule of
+``eval/studies/fit_faith_score.py``):
 
 1. take the faithful responses (BEGIN ``Fully attributable``; data audit strict ``entailment``)
    in a seeded random order, and keep those with a fact unit
@@ -15,7 +16,7 @@ features or coefficients (the feature set is fixed by ``eval/fit_faith_score.py`
    same NER label taken from another faithful response of the same dev set and not in this
    response's sources; the rest of the response is untouched, so it stays fluent and on topic;
 3. score the original and the changed response with the same PMI scorer (the settings of
-   ``eval/faith_tokens.py``), compute every feature, and report for each score the AUROC of
+   ``eval/studies/faith_tokens.py``), compute every feature, and report for each score the AUROC of
    original (1) against changed (0) and the paired win rate (original scored higher; ties half).
 
 FaithScore rows use, for each pair, the model fitted on the *other* dev set (the transfer models
@@ -31,19 +32,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "eval"))
+from pmi_decode.experiments import faith_fit
+from pmi_decode.experiments.faith_rows import load_rows, row_key
+from pmi_decode.metrics.fact_support import fact_units, is_supported, number_value, source_forms
 
-import fit_faith_score as fit_script  # noqa: E402
-from faith_tokens import load_rows, row_key  # noqa: E402
-
-from pmi_decode.metrics.fact_support import fact_units, is_supported, number_value, source_forms  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 logger = logging.getLogger("fact_swap_check")
 
@@ -136,7 +133,7 @@ def score_pairs(pairs: list[dict], scorer_model: str, nlp, nlp_ner, batch_size: 
     histories = [p["_example"].history for p in pairs for _ in (0, 1)]
     responses = [r for p in pairs for r in (p["original"], p["changed"])]
     results = []
-    for start in range(0, len(responses), 2 * CHUNK_PAIRS):  # small calls, as eval/faith_tokens.py makes
+    for start in range(0, len(responses), 2 * CHUNK_PAIRS):  # small calls, as eval/studies/faith_tokens.py makes
         end = start + 2 * CHUNK_PAIRS
         results += scorer.score(documents[start:end], histories[start:end], responses[start:end], return_tokens=True)
         logger.info("scored %d/%d responses", min(end, len(responses)), len(responses))
@@ -149,7 +146,7 @@ def score_pairs(pairs: list[dict], scorer_model: str, nlp, nlp_ner, batch_size: 
         cpmi = result["token_cpmi"]
         row["cpmi_mean_eos"] = sum(cpmi) / len(cpmi)
         row["cpmi_sum"] = sum(cpmi[:-1]) if len(cpmi) > 1 else cpmi[0]
-        row.update({column: -row[source] for column, source in fit_script.NEGATED.items()})
+        row.update({column: -row[source] for column, source in faith_fit.NEGATED.items()})
         rows.append(row)
     return [(rows[2 * i], rows[2 * i + 1]) for i in range(len(pairs))]
 
@@ -168,7 +165,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--begin-dir", default=str(ROOT.parent / "shared" / "data" / "begin"))
     parser.add_argument("--audit-dir", default=str(ROOT.parent / "shared" / "data" / "faithdial_data_audit"))
     parser.add_argument("--rows-dir", default="docs/results/faith",
-                        help="per-row files of eval/fit_faith_score.py (every feature of every dev row)")
+                        help="per-row files of eval/studies/fit_faith_score.py (every feature of every dev row)")
     parser.add_argument("--limit", type=int, default=100, help="pairs per dev set")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -180,32 +177,32 @@ def main(argv=None) -> dict:
     nlp, nlp_ner = load_nlp(), load_nlp_ner()
     scorer = args.scorer_model.replace("/", "_")
     dev_rows = {d: [json.loads(line) for line in (Path(args.rows_dir) / f"rows_{d}_{scorer}.jsonl").open()]
-                for d in fit_script.DATASETS}
+                for d in faith_fit.DATASETS}
     for row in dev_rows["begin"] + dev_rows["audit"]:  # the files leave the negated columns out
-        row.update({column: -row[source] for column, source in fit_script.NEGATED.items() if source in row})
+        row.update({column: -row[source] for column, source in faith_fit.NEGATED.items() if source in row})
     dirs = {"begin": Path(args.begin_dir), "audit": Path(args.audit_dir)}
-    pairs = [p for d in fit_script.DATASETS
+    pairs = [p for d in faith_fit.DATASETS
              for p in build_pairs(d, dirs[d], {r["key"] for r in dev_rows[d]}, args.limit, args.seed, nlp, nlp_ner)]
     logger.info("%d pairs; scoring", len(pairs))
     scored = score_pairs(pairs, args.scorer_model, nlp, nlp_ner, args.batch_size)
 
     # The FaithScore of every declared candidate, fitted on the other dev set (as in the fit).
-    for d in fit_script.DATASETS:
+    for d in faith_fit.DATASETS:
         for row in dev_rows[d]:
             row["fit_label"] = row.get("label_lenient", row["label"]) if d == "audit" else row["label"]
-    columns = {**fit_script.REPORTED}
+    columns = {**faith_fit.REPORTED}
     del columns["FaithScore"]
-    for name, feature_set in fit_script.CANDIDATE_FEATURE_SETS.items():
+    for name, feature_set in faith_fit.CANDIDATE_FEATURE_SETS.items():
         lacking = [f for f in feature_set if any(f not in r for r in dev_rows["begin"] + dev_rows["audit"])]
         if lacking:  # per-row files written before these features existed
             logger.warning("candidate %s skipped: the per-row files lack %s", name, lacking)
             continue
-        specs = {d: fit_script.fit(dev_rows[d], feature_set) for d in fit_script.DATASETS}
+        specs = {d: faith_fit.fit(dev_rows[d], feature_set) for d in faith_fit.DATASETS}
         column = f"faith_{name}"
         columns[f"FaithScore {name} (fitted on the other set)"] = column
         for pair, (original, changed) in zip(pairs, scored):
             spec = specs["audit" if pair["dataset"] == "begin" else "begin"]
-            original[column], changed[column] = (float(v) for v in fit_script.predict(spec, [original, changed]))
+            original[column], changed[column] = (float(v) for v in faith_fit.predict(spec, [original, changed]))
     from pmi_decode.metrics.faith_score import FaithModel
 
     shipped = FaithModel.load(args.scorer_model)
@@ -214,14 +211,14 @@ def main(argv=None) -> dict:
         original["faith_shipped"], changed["faith_shipped"] = shipped.probability(original), shipped.probability(changed)
 
     report = {"scorer_model": args.scorer_model, "seed": args.seed, "limit_per_set": args.limit,
-              "num_pairs": {d: sum(p["dataset"] == d for p in pairs) for d in fit_script.DATASETS},
+              "num_pairs": {d: sum(p["dataset"] == d for p in pairs) for d in faith_fit.DATASETS},
               "swapped": {"number": sum(p["label"] in ("DATE", "CARDINAL", "NUM", "QUANTITY", "MONEY", "PERCENT",
                                                        "TIME", "ORDINAL") for p in pairs)},
               "shipped_feature_set": shipped.features, "metrics": {}}
     report["swapped"]["entity"] = len(pairs) - report["swapped"]["number"]
     for name, column in columns.items():
         entry = {}
-        for part in ("all", *fit_script.DATASETS):
+        for part in ("all", *faith_fit.DATASETS):
             chosen = [s for p, s in zip(pairs, scored) if part == "all" or p["dataset"] == part]
             entry[part] = _auroc_and_wins(np.array([o[column] for o, _ in chosen], dtype=float),
                                           np.array([c[column] for _, c in chosen], dtype=float))
@@ -238,7 +235,7 @@ def main(argv=None) -> dict:
              "| score | all | BEGIN | audit |", "|---|---|---|---|"]
     for name, entry in report["metrics"].items():
         lines.append(f"| {name} | " + " | ".join(f"{entry[p]['auroc']:.3f} / {entry[p]['paired_win_rate']:.3f}"
-                                                 for p in ("all", *fit_script.DATASETS)) + " |")
+                                                 for p in ("all", *faith_fit.DATASETS)) + " |")
     (out / f"fact_swap_{scorer}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return report

@@ -1,6 +1,6 @@
 """Precision and recall of the wrong-fact and abstention detectors on the hand-labelled responses.
 
-    python eval/correctness_detectors.py > docs/results/correctness/detectors.json
+    python eval/studies/correctness_detectors.py > docs/results/correctness/detectors.json
 
 Three sets per detector, in the order they were written: a development set the rules were tuned
 on, a second set looked at once (the number-word and abstention rules were widened after it), and

@@ -1,6 +1,6 @@
 """BEGIN's three-way view and Q²'s system-level correlation for every metric with per-row scores.
 
-    python eval/meta_eval_report.py [--begin-dir ../shared/data/begin]
+    python eval/studies/meta_eval_report.py [--begin-dir ../shared/data/begin]
         [--audit-dir ../shared/data/faithdial_data_audit] [--scores FILE[:COL[=LABEL],...]] ...
         [--nli none|ID|FOLDER] [--output-dir docs/results/evaluators] [--n-bootstrap 1000]
 
@@ -10,9 +10,10 @@ data audit (faithful under the strict and the lenient label mapping of
 against the knowledge (computed here), the NLI entailment probability when ``--nli`` loads
 (reported as unavailable, with the reason, when it does not), and any per-row scores given with
 ``--scores``: JSONL whose lines are either the BEGIN harness cache (``{"key", "scores": {...}}``,
-``key`` = :func:`row_key`) or rows with ``knowledge``, ``message`` (or ``history``) and
-``response`` plus score columns. A file's metric applies to the rows it scores; every metric is
-compared on the rows all of them cover within a data set (the report says how many).
+``key`` = :func:`~pmi_decode.experiments.faith_rows.texts_key`) or rows with ``knowledge``,
+``message`` (or ``history``) and ``response`` plus score columns. A file's metric applies to the
+rows it scores; every metric is compared on the rows all of them cover within a data set (the
+report says how many).
 
 Writes ``begin_three_way.{json,md}`` (per-class distributions, pairwise AUROC, three-way accuracy
 and macro-F1 with two thresholds fitted out of fold, the share of each class called faithful)
@@ -23,7 +24,6 @@ systems at inconsistency rates 0.05-0.25, with a bootstrap interval).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import sys
@@ -31,20 +31,14 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pmi_decode.data.begin import read_begin  # noqa: E402
-from pmi_decode.data.faithdial_audit import read_faithdial_audit  # noqa: E402
-from pmi_decode.data.records import LoadReport  # noqa: E402
-from pmi_decode.metrics import meta_eval  # noqa: E402
-from pmi_decode.metrics.overlap import bleu, rouge_l, unigram_f1  # noqa: E402
+from pmi_decode.data.begin import read_begin
+from pmi_decode.data.faithdial_audit import read_faithdial_audit
+from pmi_decode.data.records import LoadReport
+from pmi_decode.experiments.faith_rows import texts_key
+from pmi_decode.metrics import meta_eval
+from pmi_decode.metrics.overlap import bleu, rouge_l, unigram_f1
 
 logger = logging.getLogger("meta_eval_report")
-
-
-def row_key(knowledge: str, message: str, response: str) -> str:
-    """The BEGIN harness's cache key of a row (``eval/begin.py``)."""
-    return hashlib.sha1("\t".join((knowledge, message, response)).encode("utf-8")).hexdigest()[:20]
 
 
 def load_rows(begin_dir, audit_dir) -> dict:
@@ -68,7 +62,7 @@ def load_rows(begin_dir, audit_dir) -> dict:
 
 
 def _columns(rows, faithful, **extra) -> dict:
-    return {"keys": [row_key(r.knowledge, r.message, r.response) for r in rows],
+    return {"keys": [texts_key(r.knowledge, r.message, r.response) for r in rows],
             "knowledge": [r.knowledge for r in rows], "message": [r.message for r in rows],
             "response": [r.response for r in rows], "labels": np.array(faithful, dtype=int),
             "sources": np.array([r.data_source for r in rows]), "systems": np.array([r.model_name for r in rows]),
@@ -132,7 +126,7 @@ def external_scores(spec: str, data: dict) -> dict:
                 message = item.get("message", item.get("history", ""))
                 if isinstance(message, list):
                     message = message[-1] if message else ""
-                by_key[row_key(item["knowledge"], message, item["response"])] = item
+                by_key[texts_key(item["knowledge"], message, item["response"])] = item
     # COL or COL=LABEL items; without any, every numeric column under the name "<file stem>:<column>"
     chosen = [item.partition("=") for item in wanted.split(",") if item]
     labels = {col: label or f"{path.stem}:{col}" for col, _, label in chosen} or {
@@ -237,7 +231,7 @@ def main(argv=None) -> dict:
 
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = "python eval/meta_eval_report.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python eval/studies/meta_eval_report.py " + " ".join(argv if argv is not None else sys.argv[1:])
 
     three_way = None
     if "BEGIN dev" in sets:

@@ -1,1 +1,0 @@
-"""Fine-tuning entry points (run as scripts: ``python training/finetune.py --config ...``)."""
