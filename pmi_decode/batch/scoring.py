@@ -1,6 +1,7 @@
-"""Add metric scores to generated records (``pmi-decode score``), through a small metric registry.
+"""Add metric scores to generated records (``pmi-decode score``), through the metric registry.
 
-A metric is a callable registered under a name::
+The registry (:mod:`pmi_decode.metrics.registry`; its names are importable from here too) maps a
+name to a callable::
 
     @register_metric("q2")
     def q2_metric(documents, histories, responses, **options) -> list[dict[str, float]]:
@@ -28,22 +29,16 @@ field present is scored; a score lands in ``record["scores"][field][column]``.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
+
+# The registry is the very same objects here: registering or patching METRICS through this module
+# changes what get_metric finds.
+from ..metrics.registry import METRIC_MODULES, METRICS, MetricFn, available_metrics, get_metric, register_metric
 
 logger = logging.getLogger(__name__)
-
-MetricFn = Callable[..., list]
-
-#: name -> callable(documents, histories, responses, **options) -> list[dict[str, float]]
-METRICS: dict[str, MetricFn] = {}
-
-#: Modules that register more metrics when imported (missing ones are skipped quietly).
-METRIC_MODULES = ["pmi_decode.metrics.q2", "pmi_decode.metrics.grammar", "pmi_decode.metrics.reader",
-                  "pmi_decode.metrics.nli"]
 
 RESPONSE_FIELDS = ("response", "pmi_response", "plain_response")
 DEFAULT_METRICS = ("pmi_faith", "knowledge_f1", "gold_rouge_l", "gold_bleu", "answers_question", "copy_rate",
@@ -56,33 +51,6 @@ AMBIGUOUS_METRICS = {
     "bleu": ("gold_bleu", "knowledge_bleu"),
     "rouge_l": ("gold_rouge_l", "knowledge_rouge_l"),
 }
-
-
-def register_metric(name: str, fn: MetricFn | None = None):
-    """Register ``fn`` under ``name`` (usable as a decorator); a later registration replaces it."""
-
-    def decorator(func: MetricFn) -> MetricFn:
-        METRICS[name] = func
-        return func
-
-    return decorator(fn) if fn is not None else decorator
-
-
-def available_metrics() -> list[str]:
-    for module in METRIC_MODULES:
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            logger.debug("metric module %s not loaded: %s", module, err)
-    return sorted(METRICS)
-
-
-def get_metric(name: str) -> MetricFn:
-    if name not in METRICS:
-        available_metrics()
-    if name not in METRICS:
-        raise ValueError(f"unknown metric {name!r}; available: {', '.join(available_metrics())}")
-    return METRICS[name]
 
 
 # ---------------------------------------------------------------------------- built-in metrics

@@ -26,8 +26,9 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from .fact_support import sentences
-from .overlap import normalize_answer
+from .fact_support import wrong_facts
+from .text import normalize_answer, sentences, words
+from .token_aggregation import load_nlp, load_nlp_ner
 
 __all__ = [
     "answer_match",
@@ -42,8 +43,6 @@ __all__ = [
 #: Columns :func:`correctness_measures` writes (``None`` where undefined for a row).
 CORRECTNESS_COLUMNS = ("answer_match", "answer_recall", "abstains", "asserts_unanswerable", "wrong_facts",
                        "wrong_numbers", "wrong_names", "recited_share", "response_words")
-
-_WORD = re.compile(r"\w+(?:'\w+)*")
 
 # Ways of saying "the document does not tell" / "I don't know". Each pattern needs a verb of
 # telling or knowing, or a noun of information, so that a negative answer ("the museum is not
@@ -87,10 +86,6 @@ _HEDGED_ANSWER = re.compile(r"\bbut\s+(?:i\s+(?:think|believe|guess|suppose|woul
                             r"roughly|about|around|usually|most likely)\b", re.IGNORECASE)
 
 
-def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
-
-
 def _contains(haystack: list[str], needle: list[str]) -> bool:
     n = len(needle)
     return n > 0 and any(haystack[i:i + n] == needle for i in range(len(haystack) - n + 1))
@@ -124,8 +119,8 @@ def answer_recall(response: str, answers: Sequence[str]) -> float | None:
     have = set(normalize_answer(response).split())
     best = 0.0
     for answer in answers:
-        words = normalize_answer(answer).split()
-        best = max(best, sum(w in have for w in words) / len(words))
+        answer_words = normalize_answer(answer).split()
+        best = max(best, sum(w in have for w in answer_words) / len(answer_words))
     return best
 
 
@@ -148,7 +143,7 @@ def abstains(response: str) -> bool:
 
 def response_words(response: str) -> int:
     """The number of words of the response."""
-    return len(_words(response))
+    return len(words(response))
 
 
 def recited_share(response: str, answers: Sequence[str] | None = None) -> float | None:
@@ -156,7 +151,7 @@ def recited_share(response: str, answers: Sequence[str] | None = None) -> float 
     holding a reference answer, or the first sentence when no reference is given or none is
     held. 0.0 for a one-sentence response; ``None`` for an empty one."""
     parts = sentences(response)
-    total = sum(len(_words(s)) for s in parts)
+    total = sum(len(words(s)) for s in parts)
     if total == 0:
         return None
     answers = _check_answers(answers or [])
@@ -165,7 +160,7 @@ def recited_share(response: str, answers: Sequence[str] | None = None) -> float 
         if any(answer_match(sentence, [a]) for a in answers):
             answering = i
             break
-    after = sum(len(_words(s)) for s in parts[answering + 1:])
+    after = sum(len(words(s)) for s in parts[answering + 1:])
     return after / total
 
 
@@ -179,9 +174,6 @@ def correctness_measures(documents: Sequence[str], histories: Sequence[Sequence[
     row is known to be unanswerable, ``asserts_unanswerable`` is 1.0 unless the response abstains;
     elsewhere it is ``None``. Wrong facts need no reference (see
     :func:`~pmi_decode.metrics.fact_support.wrong_facts`)."""
-    from .fact_support import wrong_facts
-    from .token_aggregation import load_nlp, load_nlp_ner
-
     n = len(responses)
     if len(documents) != n or len(histories) != n:
         raise ValueError(f"got {len(documents)} documents, {len(histories)} histories and {n} responses")

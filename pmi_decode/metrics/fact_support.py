@@ -41,6 +41,10 @@ import re
 from functools import lru_cache
 from typing import Sequence
 
+from .text import porter_stem as _stem
+from .text import sentences, word_stems  # sentences lives in .text; it stays importable from here
+from .token_aggregation import load_nlp, load_nlp_ner, words_of
+
 #: spaCy NER labels that name a checkable fact (every label of the OntoNotes scheme).
 FACT_ENTITY_LABELS = frozenset({
     "PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT", "EVENT", "WORK_OF_ART", "LAW", "LANGUAGE",
@@ -64,7 +68,6 @@ _ORDINAL_WORDS = {"first": "1", "second": "2", "third": "3", "fourth": "4", "fif
 _VAGUE_LABELS = frozenset({"DATE", "TIME"})
 _DIGITS = re.compile(r"^\d[\d,]*(\.\d+)?$")
 _ORDINAL = re.compile(r"^(\d+)(st|nd|rd|th)$")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def number_value(text: str) -> str | None:
@@ -82,12 +85,6 @@ def number_value(text: str) -> str | None:
     if ordinal:
         return ordinal.group(1).lstrip("0") or "0"
     return _NUMBER_WORDS.get(word)
-
-
-def _stem(word: str) -> str:
-    from .faith_score import _stem as porter
-
-    return porter(word)
 
 
 def _forms(token) -> set[str]:
@@ -165,26 +162,16 @@ def fact_units(response: str, nlp, *, drop_vague: bool = False) -> list[dict]:
     return units
 
 
-def sentences(text: str) -> list[str]:
-    """The sentences of ``text``, split after ``.``, ``!`` or ``?`` followed by white space
-    (rule-based: responses and documents are short, well-punctuated prose)."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
-
-
 def weakest_sentence_support(document: str, response: str, nlp) -> float:
     """The lowest share, over the response's sentences, of content words found in the document
     (by Porter stem, as ``content_in_document``); a sentence without a content word is skipped
     (1.0 when none has one)."""
-    from .faith_score import _stem as porter
-    from .faith_score import _stems
-    from .token_aggregation import words_of
-
-    in_document = _stems(document)
+    in_document = word_stems(document)
     shares = []
     for sentence in sentences(response):
         content = [w for w in words_of(sentence, nlp) if w.content]
         if content:
-            shares.append(sum(porter(w.text) in in_document for w in content) / len(content))
+            shares.append(sum(_stem(w.text) in in_document for w in content) / len(content))
     return min(shares) if shares else 1.0
 
 
@@ -202,8 +189,6 @@ def fact_features(document: str, history: Sequence[str], response: str, *, nlp=N
     """The :data:`FACT_FEATURES` of one response (see the module docstring). ``nlp`` is the
     tagging pipeline of :func:`~.token_aggregation.load_nlp`, ``nlp_ner`` the one with NER
     (:func:`~.token_aggregation.load_nlp_ner`); both are loaded when not given."""
-    from .token_aggregation import load_nlp, load_nlp_ner
-
     nlp = nlp if nlp is not None else load_nlp()
     nlp_ner = nlp_ner if nlp_ner is not None else load_nlp_ner()
     source = source_forms(document, history, nlp)
@@ -370,8 +355,6 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
 
     A unit the history states (the user said it) is taken as it is. How well this matches hand
     labels (precision and recall) is in ``docs/metrics.md``."""
-    from .token_aggregation import load_nlp, load_nlp_ner
-
     nlp = nlp if nlp is not None else load_nlp()
     nlp_ner = nlp_ner if nlp_ner is not None else load_nlp_ner()
     doc_sentences = _source_sentences(document, nlp)

@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import json
 import math
-import re
-from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
-from .fact_support import FACT_FEATURES, WRONG_FACT_FEATURES
+from .fact_support import FACT_FEATURES, WRONG_FACT_FEATURES, fact_features, wrong_fact_features
 from .overlap import unigram_f1
-from .semantic_support import SEMANTIC_FEATURES
+from .semantic_support import SEMANTIC_FEATURES, semantic_features
+from .text import porter_stem, word_stems
+from .token_aggregation import aggregate, load_nlp, load_nlp_ner, words_of
 
 #: Every feature :func:`features` computes (a coefficient file uses a subset).
 FEATURES = (
@@ -56,37 +56,17 @@ def _mean_without_eos(values: Sequence[float], tokens: Sequence[str], eos: str |
     return sum(values) / len(values)
 
 
-@lru_cache(maxsize=1)
-def _stemmer():
-    from nltk.stem.porter import PorterStemmer  # nltk comes with rouge-score
-
-    return PorterStemmer()
-
-
-@lru_cache(maxsize=200_000)
-def _stem(word: str) -> str:
-    return _stemmer().stem(word.lower())
-
-
-@lru_cache(maxsize=4096)
-def _stems(text: str) -> frozenset:
-    """Porter stems of the words of a text (cheap: no tagging, cached per document)."""
-    return frozenset(_stem(w) for w in re.findall(r"\w+", text.lower()))
-
-
 def lexical_features(document: str, history: Sequence[str], response: str, nlp) -> dict:
     """Overlap features: share of the response's content words found in the document
     (``content_in_document``), the number found in neither the document nor the history
     (``unsupported_content``), unigram F1 against the document and log of the word count.
     Words match by Porter stem, so "recorded" matches "records"."""
-    from .token_aggregation import words_of
-
     words = words_of(response, nlp)
     content = [w for w in words if w.content] or words
-    in_document = _stems(document)
-    in_source = in_document.union(*(_stems(turn) for turn in history))
-    found = [_stem(w.text) in in_document for w in content]
-    supported = [_stem(w.text) in in_source for w in content]
+    in_document = word_stems(document)
+    in_source = in_document.union(*(word_stems(turn) for turn in history))
+    found = [porter_stem(w.text) in in_document for w in content]
+    supported = [porter_stem(w.text) in in_source for w in content]
     return {
         "content_in_document": sum(found) / len(found) if found else 0.0,
         "unsupported_content": float(len(supported) - sum(supported)),
@@ -101,9 +81,6 @@ def features(pmi_result: dict, document: str, history: Sequence[str], response: 
     ``return_tokens=True`` (or a cached row with ``tokens``, ``token_cpmi``, ``token_upmi``).
     ``cpmi_mean``/``upmi_mean`` leave out a final ``eos_token``. (The sentence-encoder features
     come from :func:`.semantic_support.semantic_features`, batched.)"""
-    from .fact_support import fact_features, wrong_fact_features
-    from .token_aggregation import aggregate, load_nlp
-
     nlp = nlp if nlp is not None else load_nlp()
     tokens, cpmi, upmi = pmi_result["tokens"], pmi_result["token_cpmi"], pmi_result["token_upmi"]
     row = {"cpmi_mean": _mean_without_eos(cpmi, tokens, eos_token),
@@ -210,9 +187,6 @@ class FaithScore:
 
     def score(self, documents, histories, responses, *, progress: bool = False) -> list[dict]:
         """One dict per response: ``faith_score`` (probability of faithful) and every feature."""
-        from .semantic_support import semantic_features
-        from .token_aggregation import load_nlp, load_nlp_ner
-
         results = self.pmi.score(documents, histories, responses, return_tokens=True, progress=progress)
         nlp, nlp_ner = load_nlp(), load_nlp_ner()
         semantic = (semantic_features(documents, responses, encoder=self.sentence_encoder)

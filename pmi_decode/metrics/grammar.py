@@ -34,6 +34,7 @@ import os
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 from ..responses import ends_in_abbreviation
+from .registry import register_metric
 
 __all__ = [
     "GrammarChecker",
@@ -333,12 +334,4 @@ def grammar_metric(documents, histories, responses, *, grammar_checker: GrammarC
     return [{"grammar_errors": int(c), "ungrammatical": int(c > 0)} for c in flags_counts]
 
 
-def _register() -> None:
-    try:
-        from ..batch.scoring import register_metric
-    except ImportError:  # scoring is optional for users of the rate alone
-        return
-    register_metric("grammar", grammar_metric)
-
-
-_register()
+register_metric("grammar", grammar_metric)

@@ -2,7 +2,7 @@
 
 Several evaluators need the same question answered, "does the premise entail the hypothesis?":
 the ConsisTest hybrid scorer (:mod:`pmi_decode.metrics.consistency`) and the BEGIN NLI metric
-slot (``nli`` in the :mod:`pmi_decode.batch.scoring` registry: the entailment probability of a
+slot (``nli`` in the :mod:`pmi_decode.metrics.registry`: the entailment probability of a
 response given its knowledge). :class:`NLI` gives them one contract whatever the user has:
 
 * a hub id or a local folder (loaded with ``AutoModelForSequenceClassification``; the default
@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
-from ..batch.scoring import register_metric
 from .q2_models import NLI_LABELS, _canonical_label, _is_path_like, _model_inputs, _uses_segments, label_map
+from .registry import register_metric
 
 __all__ = ["NLI", "NLIUnavailable", "DEFAULT_NLI", "NLI_LABELS", "nli_metric"]
 

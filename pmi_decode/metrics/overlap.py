@@ -7,13 +7,11 @@ Each function takes parallel lists and returns one float per pair.
 
 from __future__ import annotations
 
-import re
-import string
-from collections import Counter
 from typing import Sequence
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCTUATION = set(string.punctuation)
+from .text import normalize_answer, token_f1
+
+__all__ = ["normalize_answer", "unigram_f1", "bleu", "rouge_l"]  # normalize_answer lives in .text
 
 
 def _check_pairs(predictions: Sequence[str], references: Sequence[str]) -> None:
@@ -23,25 +21,11 @@ def _check_pairs(predictions: Sequence[str], references: Sequence[str]) -> None:
         raise ValueError(f"got {len(predictions)} predictions but {len(references)} references")
 
 
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lower case, drop punctuation and English articles, squeeze spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
-
-
-def _f1(prediction: str, reference: str) -> float:
-    pred, ref = normalize_answer(prediction).split(), normalize_answer(reference).split()
-    common = sum((Counter(pred) & Counter(ref)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(pred), common / len(ref)
-    return 2 * precision * recall / (precision + recall)
-
-
 def unigram_f1(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
-    """Token-level F1 of each prediction against its reference, SQuAD style (0..1)."""
+    """Token-level F1 of each prediction against its reference, SQuAD style (0..1; see
+    :func:`.text.token_f1`)."""
     _check_pairs(predictions, references)
-    return [_f1(p, r) for p, r in zip(predictions, references)]
+    return [token_f1(r, p) for p, r in zip(predictions, references)]
 
 
 def bleu(predictions: Sequence[str], references: Sequence[str]) -> list[float]:

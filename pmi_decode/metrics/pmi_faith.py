@@ -23,7 +23,7 @@ import copy
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -36,6 +36,7 @@ from ..inputs import (
     use_chat_template_for,
 )
 from ..processor import cache_keyword, returned_cache
+from .metric_config import config_from_options
 
 logger = logging.getLogger(__name__)
 
@@ -80,14 +81,11 @@ def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
-class PMIFaith:
-    """Score responses with conditional (CPMI) and unconditional (UPMI) PMI-Faith.
+@dataclass(frozen=True)
+class PMIFaithConfig:
+    """Every option of :class:`PMIFaith` besides the model and tokenizer, checked when built.
 
-    Args:
-        model: ``"embedded"`` (SmolLM2-135M-Instruct, shipped in a pip package), ``"embedded-gemma"``,
-            a hub id or a local folder (causal or seq2seq; loaded with
-            :func:`pmi_decode.models.load_model_and_tokenizer`), or an already loaded model.
-        tokenizer: required when ``model`` is a loaded model.
+    Fields:
         format: the :class:`~pmi_decode.inputs.DialogueFormat` (prompt template); the default is the
             paper's layout: ``Document: ...``, the history turns, then ``Agent:`` and the response.
         chat_template: ``False`` (default) writes the plain prompt above; ``True`` uses the
@@ -117,42 +115,31 @@ class PMIFaith:
             mean does. They need spaCy (``spacy_model``) and the per-token values, not the EOS.
         aggregation_k, aggregation_margin: ``k`` of ``cpmi_low{k}``, and the word CPMI below which a
             content word counts as unsupported in ``cpmi_supported_share``.
+        spacy_model: the spaCy pipeline of the aggregations.
     """
 
-    def __init__(
-        self,
-        model="embedded",
-        tokenizer=None,
-        *,
-        format: DialogueFormat | None = None,
-        chat_template: bool | None = False,
-        max_length: int | None = None,
-        max_history_turns: int | None = None,
-        batch_size: int = 16,
-        include_eos: bool = False,
-        compute: Sequence[str] = ("cpmi", "upmi"),
-        device=None,
-        dtype=None,
-        share_contexts: bool = True,
-        allow_empty_history: bool = False,
-        aggregations: bool = False,
-        aggregation_k: int = 3,
-        aggregation_margin: float = -0.5,
-        spacy_model: str = "en_core_web_sm",
-    ):
-        compute = tuple(compute)
+    format: DialogueFormat | None = None
+    chat_template: bool | None = False
+    max_length: int | None = None
+    max_history_turns: int | None = None
+    batch_size: int = 16
+    include_eos: bool = False
+    compute: Sequence[str] = ("cpmi", "upmi")
+    device: Any = None
+    dtype: Any = None
+    share_contexts: bool = True
+    allow_empty_history: bool = False
+    aggregations: bool = False
+    aggregation_k: int = 3
+    aggregation_margin: float = -0.5
+    spacy_model: str = "en_core_web_sm"
+
+    def __post_init__(self):
+        compute = tuple(self.compute)
         if not compute or any(c not in ("cpmi", "upmi") for c in compute):
             raise ValueError(f"compute must name 'cpmi' and/or 'upmi', got {compute!r}")
-        self.compute = compute
-        if isinstance(model, str):
-            from ..models import load_model_and_tokenizer
-
-            model, loaded_tokenizer = load_model_and_tokenizer(model, device=device, dtype=dtype)
-            tokenizer = tokenizer or loaded_tokenizer
-        elif tokenizer is None:
-            raise ValueError("tokenizer is required when model is a loaded model (pass tokenizer=...)")
-        elif device is not None:
-            model = model.to(device)
+        object.__setattr__(self, "compute", compute)
+        max_history_turns, batch_size, max_length = self.max_history_turns, self.batch_size, self.max_length
         if max_history_turns is not None and (isinstance(max_history_turns, bool)
                                               or not isinstance(max_history_turns, int) or max_history_turns < 1):
             raise ValueError(f"max_history_turns must be a positive integer or None, got {max_history_turns!r}")
@@ -160,25 +147,60 @@ class PMIFaith:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
             raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
-        self.model = model.eval()
-        self.tokenizer = tokenizer
-        self.format = format or DialogueFormat()
-        self.is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
-        self.chat_template = use_chat_template_for(tokenizer, self.is_encoder_decoder, chat_template)
-        self.max_length = max_length or _model_limit(model, tokenizer)
-        self.max_history_turns = max_history_turns
-        self.batch_size = batch_size
-        self.include_eos = include_eos
-        self.share_contexts = share_contexts
-        self.allow_empty_history = allow_empty_history
+        aggregation_k = self.aggregation_k
         if not isinstance(aggregation_k, int) or isinstance(aggregation_k, bool) or aggregation_k < 1:
             raise ValueError(f"aggregation_k must be a positive integer, got {aggregation_k!r}")
-        if aggregations and "cpmi" not in compute:
+        if self.aggregations and "cpmi" not in compute:
             raise ValueError("aggregations=True needs 'cpmi' in compute (they are word-level CPMI scores)")
-        self.aggregations = aggregations
-        self.aggregation_k = aggregation_k
-        self.aggregation_margin = float(aggregation_margin)
-        self.spacy_model = spacy_model
+        object.__setattr__(self, "aggregation_margin", float(self.aggregation_margin))
+
+
+class PMIFaith:
+    """Score responses with conditional (CPMI) and unconditional (UPMI) PMI-Faith.
+
+    Args:
+        model: ``"embedded"`` (SmolLM2-135M-Instruct, shipped in a pip package), ``"embedded-gemma"``,
+            a hub id or a local folder (causal or seq2seq; loaded with
+            :func:`pmi_decode.models.load_model_and_tokenizer`), or an already loaded model.
+        tokenizer: required when ``model`` is a loaded model.
+        config: a :class:`PMIFaithConfig` (default: its defaults).
+        options: any :class:`PMIFaithConfig` field as a keyword (``batch_size=4``,
+            ``include_eos=True``, ...), replacing that field of ``config``; another keyword is a
+            ``TypeError`` naming it.
+
+    The options, as :class:`PMIFaithConfig` describes them, are also attributes of the scorer
+    (``scorer.batch_size``, ...); ``chat_template`` and ``max_length`` hold the values in effect
+    (the tokenizer's choice, the model's limit), and ``config`` the config as given.
+    """
+
+    def __init__(self, model="embedded", tokenizer=None, *, config: PMIFaithConfig | None = None, **options):
+        config = config_from_options(PMIFaithConfig, config, options, "PMIFaith")
+        self.config = config
+        self.compute = config.compute
+        if isinstance(model, str):
+            from ..models import load_model_and_tokenizer
+
+            model, loaded_tokenizer = load_model_and_tokenizer(model, device=config.device, dtype=config.dtype)
+            tokenizer = tokenizer or loaded_tokenizer
+        elif tokenizer is None:
+            raise ValueError("tokenizer is required when model is a loaded model (pass tokenizer=...)")
+        elif config.device is not None:
+            model = model.to(config.device)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.format = config.format or DialogueFormat()
+        self.is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+        self.chat_template = use_chat_template_for(tokenizer, self.is_encoder_decoder, config.chat_template)
+        self.max_length = config.max_length or _model_limit(model, tokenizer)
+        self.max_history_turns = config.max_history_turns
+        self.batch_size = config.batch_size
+        self.include_eos = config.include_eos
+        self.share_contexts = config.share_contexts
+        self.allow_empty_history = config.allow_empty_history
+        self.aggregations = config.aggregations
+        self.aggregation_k = config.aggregation_k
+        self.aggregation_margin = config.aggregation_margin
+        self.spacy_model = config.spacy_model
         self.num_truncated = 0
         forward = inspect.signature(model.forward).parameters
         self._takes_position_ids = "position_ids" in forward

@@ -7,7 +7,7 @@ Question Generation and Question Answering". For every response:
 2. a question generator writes the top ``num_questions`` questions for each candidate by beam
    search, from ``"answer: {candidate}  context: {response}"``;
 3. in rank order, the first question that passes is kept: the QA model, run on the response, must
-   give back the candidate (after :func:`~pmi_decode.metrics.q2_text.normalize_answer`), and, with
+   give back the candidate (after :func:`~pmi_decode.metrics.text.normalize_answer`), and, with
    ``remove_personal``, a question whose subject is "I"/"you" or that contains "my"/"your" fails;
 4. the QA model answers each kept question on the document. No answer scores 0 (branch
    ``"no_answer"``); the same answer after normalisation scores 1 (``"exact"``); otherwise NLI with
@@ -66,13 +66,17 @@ Example (on a connected machine; offline, pass local folders instead of hub ids)
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
+from .metric_config import config_from_options
 from .q2_models import DEFAULT_SPACY, NLI_LABELS, SPACY_FALLBACK, ModelLoadError, label_map, load_component, load_spacy
-from .q2_text import answer_candidates, dedupe, is_personal, may_be_personal, normalize_answer, token_f1
+from .q2_text import answer_candidates, dedupe, is_personal, may_be_personal
+from .registry import register_metric
+from .text import normalize_answer, token_f1
 
-__all__ = ["Q2", "ModelLoadError", "label_map", "q2_metric", "BRANCHES", "DEFAULT_QG", "DEFAULT_QA", "DEFAULT_NLI",
-           "DEFAULT_SPACY", "SPACY_FALLBACK", "NLI_LABELS"]
+__all__ = ["Q2", "Q2Config", "ModelLoadError", "label_map", "q2_metric", "BRANCHES", "DEFAULT_QG", "DEFAULT_QA",
+           "DEFAULT_NLI", "DEFAULT_SPACY", "SPACY_FALLBACK", "NLI_LABELS"]
 
 DEFAULT_QG = "mrm8488/t5-base-finetuned-question-generation-ap"
 DEFAULT_QA = "ktrapeznikov/albert-xlarge-v2-squad-v2"
@@ -84,10 +88,11 @@ BRANCHES = ("no_answer", "exact", "nli_entailment", "nli_contradiction", "nli_ne
 # --------------------------------------------------------------------------------------------- Q2
 
 
-class Q2:
-    """Q² faithfulness of responses to their documents, batched, with the evidence for each score.
+@dataclass(frozen=True)
+class Q2Config:
+    """Every option of :class:`Q2`: its four components and how they run, checked when built.
 
-    Args:
+    Fields:
         spacy_model, qg, qa, nli: the four components (see the module docstring); each is loaded
             on first use.
         device: where models given by name are loaded (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...;
@@ -101,24 +106,53 @@ class Q2:
         show_progress: a tqdm bar over responses.
     """
 
-    def __init__(self, *, spacy_model: Any = DEFAULT_SPACY, qg: Any = DEFAULT_QG, qa: Any = DEFAULT_QA,
-                 nli: Any = DEFAULT_NLI, device: Any = None, dtype: Any = None, batch_size: int = 16,
-                 num_questions: int = 5, remove_personal: bool = True, max_question_tokens: int = 64,
-                 max_answer_tokens: int = 15, show_progress: bool = False):
-        for arg, value in (("batch_size", batch_size), ("num_questions", num_questions),
-                           ("max_question_tokens", max_question_tokens), ("max_answer_tokens", max_answer_tokens)):
+    spacy_model: Any = DEFAULT_SPACY
+    qg: Any = DEFAULT_QG
+    qa: Any = DEFAULT_QA
+    nli: Any = DEFAULT_NLI
+    device: Any = None
+    dtype: Any = None
+    batch_size: int = 16
+    num_questions: int = 5
+    remove_personal: bool = True
+    max_question_tokens: int = 64
+    max_answer_tokens: int = 15
+    show_progress: bool = False
+
+    def __post_init__(self):
+        for arg in ("batch_size", "num_questions", "max_question_tokens", "max_answer_tokens"):
+            value = getattr(self, arg)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"`{arg}` must be a positive integer, got {value!r}.")
-        for role, spec in (("spacy_model", spacy_model), ("qg", qg), ("qa", qa), ("nli", nli)):
-            if spec is None:
+        for role in ("spacy_model", "qg", "qa", "nli"):
+            if getattr(self, role) is None:
                 raise ValueError(f"`{role}` must be a model name, a local folder or a loaded object, got None.")
-        self._specs = {"spacy": spacy_model, "qg": qg, "qa": qa, "nli": nli}
+        object.__setattr__(self, "remove_personal", bool(self.remove_personal))
+
+
+class Q2:
+    """Q² faithfulness of responses to their documents, batched, with the evidence for each score.
+
+    Args:
+        config: a :class:`Q2Config` (default: its defaults, the paper's setup).
+        options: any :class:`Q2Config` field as a keyword (``qg="/models/t5-qg"``,
+            ``device="cuda"``, ...), replacing that field of ``config``; another keyword is a
+            ``TypeError`` naming it.
+
+    The options are also attributes of the scorer (``q2.batch_size``, ``q2.show_progress``, ...),
+    and ``config`` is the config as given.
+    """
+
+    def __init__(self, *, config: Q2Config | None = None, **options):
+        config = config_from_options(Q2Config, config, options, "Q2")
+        self.config = config
+        self._specs = {"spacy": config.spacy_model, "qg": config.qg, "qa": config.qa, "nli": config.nli}
         self._loaded: dict[str, Any] = {}
-        self.device, self.dtype = device, dtype
-        self.batch_size, self.num_questions = batch_size, num_questions
-        self.remove_personal = bool(remove_personal)
-        self.max_question_tokens, self.max_answer_tokens = max_question_tokens, max_answer_tokens
-        self.show_progress = show_progress
+        self.device, self.dtype = config.device, config.dtype
+        self.batch_size, self.num_questions = config.batch_size, config.num_questions
+        self.remove_personal = config.remove_personal
+        self.max_question_tokens, self.max_answer_tokens = config.max_question_tokens, config.max_answer_tokens
+        self.show_progress = config.show_progress
 
     # ------------------------------------------------------------------ loading
 
@@ -278,24 +312,45 @@ def _check_texts(name: str, texts) -> list[str]:
 _SCORERS: dict = {}
 
 
-def q2_metric(documents: Sequence[str], histories, responses: Sequence[str], *, batch_size: int = 16,
-              device: Any = None, progress: bool = False, q2_spacy: Any = DEFAULT_SPACY, q2_qg: Any = DEFAULT_QG,
-              q2_qa: Any = DEFAULT_QA, q2_nli: Any = DEFAULT_NLI, q2_remove_personal: bool = True,
-              q2_explain: bool = False, **_other_metrics_options) -> list[dict]:
+#: The scoring options :func:`q2_metric` reads, and the :class:`Q2Config` field each one sets.
+SCORING_OPTIONS = {"q2_spacy": "spacy_model", "q2_qg": "qg", "q2_qa": "qa", "q2_nli": "nli", "device": "device",
+                   "batch_size": "batch_size", "q2_remove_personal": "remove_personal"}
+
+
+def config_from_scoring_options(options: dict) -> Q2Config:
+    """The :class:`Q2Config` that the scoring options ask for (see :data:`SCORING_OPTIONS`);
+    other options (other metrics') are ignored, and a component given as ``None`` (an unset
+    command-line flag) is the default one."""
+    chosen = {field: options[name] for name, field in SCORING_OPTIONS.items() if name in options}
+    for role in ("spacy_model", "qg", "qa", "nli"):
+        if role in chosen and chosen[role] is None:
+            del chosen[role]
+    return Q2Config(**chosen)
+
+
+def _scorer_key(config: Q2Config) -> tuple:
+    """What tells two configs apart for :func:`q2_metric`'s cache (a loaded component by identity)."""
+    specs = (config.spacy_model, config.qg, config.qa, config.nli)
+    return (tuple(s if isinstance(s, str) else id(s) for s in specs), str(config.device), config.batch_size,
+            config.remove_personal, str(config.dtype), config.num_questions, config.max_question_tokens,
+            config.max_answer_tokens)
+
+
+def q2_metric(documents: Sequence[str], histories, responses: Sequence[str], *, q2_config: Q2Config | None = None,
+              progress: bool = False, q2_explain: bool = False, **options) -> list[dict]:
     """The ``q2`` metric of ``pmi-decode score``: columns ``q2``, ``q2_no_nli``, ``q2_fallback``.
 
-    Histories are not used (Q² compares a response with its document only). ``q2_explain=True``
-    adds ``q2_questions``, the per-question explanation. One :class:`Q2` per configuration is
-    kept, so scoring several response fields loads the models once.
+    Histories are not used (Q² compares a response with its document only). The scorer's
+    settings are ``q2_config`` when given, else the scoring options of :data:`SCORING_OPTIONS`
+    (``q2_spacy``, ``q2_qg``, ``q2_qa``, ``q2_nli``, ``q2_remove_personal``, ``batch_size``,
+    ``device``); the other options are other metrics' and are ignored. ``q2_explain=True`` adds
+    ``q2_questions``, the per-question explanation. One :class:`Q2` per configuration is kept,
+    so scoring several response fields loads the models once.
     """
-    given = (q2_spacy, q2_qg, q2_qa, q2_nli)
-    defaults = (DEFAULT_SPACY, DEFAULT_QG, DEFAULT_QA, DEFAULT_NLI)
-    specs = [default if spec is None else spec for spec, default in zip(given, defaults)]  # None: an unset flag
-    key = (tuple(s if isinstance(s, str) else id(s) for s in specs), str(device), batch_size, bool(q2_remove_personal))
+    config = q2_config if q2_config is not None else config_from_scoring_options(options)
+    key = _scorer_key(config)
     if key not in _SCORERS:
-        spacy_model, qg, qa, nli = specs
-        _SCORERS[key] = Q2(spacy_model=spacy_model, qg=qg, qa=qa, nli=nli, device=device,
-                           batch_size=batch_size, remove_personal=q2_remove_personal)
+        _SCORERS[key] = Q2(config=config)
     scorer = _SCORERS[key]
     scorer.show_progress = bool(progress)
     columns = []
@@ -307,12 +362,4 @@ def q2_metric(documents: Sequence[str], histories, responses: Sequence[str], *, 
     return columns
 
 
-def _register() -> None:
-    try:
-        from ..batch.scoring import register_metric
-    except ImportError:  # the library without its scoring command
-        return
-    register_metric("q2", q2_metric)
-
-
-_register()
+register_metric("q2", q2_metric)

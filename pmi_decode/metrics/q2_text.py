@@ -1,4 +1,5 @@
-"""Text helpers of Q²: answer normalisation, token F1, answer candidates and the pronoun filter.
+"""Text helpers of Q²: answer candidates and the pronoun filter (answer normalisation and token F1
+are the shared ones of :mod:`.text`, importable from here too).
 
 They are plain functions over strings and spaCy ``Doc`` objects, so each step of the metric can be
 checked on its own.
@@ -7,37 +8,17 @@ checked on its own.
 from __future__ import annotations
 
 import re
-import string
-from collections import Counter
 from typing import Iterable
 
-_PUNCTUATION = str.maketrans("", "", string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
+from .text import normalize_answer, token_f1
+
+# normalize_answer and token_f1 live in .text; they stay importable from here.
+__all__ = ["normalize_answer", "token_f1", "answer_candidates", "may_be_personal", "is_personal", "dedupe"]
+
 _SUBJECT_DEPS = frozenset({"nsubj", "nsubjpass"})
 _PERSONAL_SUBJECTS = frozenset({"i", "you"})
 _PERSONAL_POSSESSIVES = frozenset({"my", "your"})
 _MAY_BE_PERSONAL = re.compile(r"\b(i|you|my|your)\b", re.IGNORECASE)
-
-
-def normalize_answer(text: str) -> str:
-    """Lower case, no punctuation, no articles (a, an, the), single spaces (SQuAD-style)."""
-    text = text.lower().translate(_PUNCTUATION)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
-
-
-def token_f1(reference: str, prediction: str) -> float:
-    """Token-level F1 of two answers after :func:`normalize_answer`; 0.0 when either is empty."""
-    ref_tokens = normalize_answer(reference).split()
-    pred_tokens = normalize_answer(prediction).split()
-    if not ref_tokens or not pred_tokens:
-        return 0.0
-    same = sum((Counter(ref_tokens) & Counter(pred_tokens)).values())
-    if same == 0:
-        return 0.0
-    precision = same / len(pred_tokens)
-    recall = same / len(ref_tokens)
-    return 2 * precision * recall / (precision + recall)
 
 
 def answer_candidates(doc) -> list[str]:

