@@ -18,18 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pmi_decode.data.consistest import load_samples, to_record  # noqa: E402
-from pmi_decode.data.records import LoadReport  # noqa: E402
-from pmi_decode.metrics.consistency import ConsistencyScorer, summarize  # noqa: E402
-from pmi_decode.metrics.nli import DEFAULT_NLI, NLI, NLIUnavailable  # noqa: E402
+from pmi_decode.data.consistest import load_samples, to_record
+from pmi_decode.data.records import LoadReport
+from pmi_decode.decode_config import DecodeConfig
+from pmi_decode.metrics.consistency import ConsistencyScorer, summarize
+from pmi_decode.metrics.nli import DEFAULT_NLI, NLI, NLIUnavailable
 
 logger = logging.getLogger("consistest")
 
@@ -81,11 +79,9 @@ def decode(config: dict, samples, out_dir: Path, model=None, tokenizer=None) -> 
 
     path = out_dir / "generations.jsonl"
     name = config["model"] if isinstance(config["model"], str) else type(model).__name__
-    settings = decode_settings(alpha=config["alpha"], p=config["p"], num_beams=int(config["num_beams"]),
-                               do_sample=bool(config["do_sample"]), max_new_tokens=int(config["max_new_tokens"]),
-                               seed=config["seed"], model_name=name, compare=bool(config["compare"]),
-                               batch_size=int(config["batch_size"]))
-    done = read_done_ids(path, settings)
+    decoding = DecodeConfig(**DecodeConfig.options_in(config))  # alpha, p, num_beams, ... from the config
+    run = dict(compare=bool(config["compare"]), model_name=name)
+    done = read_done_ids(path, decode_settings(decoding, **run))
     records = [to_record(s, document_mode=config["document_mode"]) for s in samples]
     todo = [{"id": r.id, "document": r.document, "history": r.history, "response": r.response}
             for r in records if r.id not in done]
@@ -97,11 +93,7 @@ def decode(config: dict, samples, out_dir: Path, model=None, tokenizer=None) -> 
             if config.get("threads"):
                 torch.set_num_threads(int(config["threads"]))
             model, tokenizer = load_model_and_tokenizer(config["model"])
-        write_records(path, decode_records(
-            todo, model, tokenizer, alpha=config["alpha"], p=config["p"], num_beams=int(config["num_beams"]),
-            do_sample=bool(config["do_sample"]), max_new_tokens=int(config["max_new_tokens"]),
-            batch_size=int(config["batch_size"]), seed=config["seed"], compare=bool(config["compare"]),
-            model_name=name, progress=False))
+        write_records(path, decode_records(todo, model, tokenizer, decoding, progress=False, **run))
     by_id = {}
     with path.open(encoding="utf-8") as handle:
         for line in handle:

@@ -17,16 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from pathlib import Path
 
-
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from pmi_decode.config import load_config as _load_config  # noqa: E402
-from training.finetune import load_split  # noqa: E402
+from pmi_decode.config import load_config as _load_config
+from pmi_decode.decode_config import DecodeConfig
+from pmi_decode.training_data import load_split
 
 logger = logging.getLogger("decode")
 
@@ -40,6 +35,7 @@ DEFAULTS = {
     "holdout": None,             # the same holdout as the fine-tuning config: decodes its "test" part
     "max_examples": None,
     "output_dir": None,          # default: {checkpoint}/decode
+    # each strategy sets its own decoding options (any DecodeConfig field); those below apply to all
     "strategies": {"beam_search": {"num_beams": 4, "do_sample": False},
                    "beam_sampling": {"num_beams": 4, "do_sample": True}},
     "alpha": 0.5,
@@ -114,30 +110,24 @@ def decode(config: dict) -> dict:
     records = records_to_decode(config)
     out_dir = Path(config["output_dir"] or Path(config["checkpoint"]) / "decode")
     written = {}
+    shared = DecodeConfig(**DecodeConfig.options_in(config))
+    layout = dict(format=spec.format, max_length=spec.max_source_length, max_history_turns=spec.max_history_turns,
+                  chat_template=spec.chat_template)  # the checkpoint's, as it was trained
+    run = dict(compare=True, model_name=config["checkpoint"])
     for name, strategy in config["strategies"].items():
-        num_beams, do_sample = int(strategy.get("num_beams", 4)), bool(strategy.get("do_sample", False))
+        decoding = shared.replace(**{**DecodeConfig.options_in(strategy), **layout})
         path = out_dir / f"{config['split']}.{name}.jsonl"
-        settings = decode_settings(alpha=config["alpha"], p=config["p"], num_beams=num_beams, do_sample=do_sample,
-                                   max_new_tokens=int(config["max_new_tokens"]), seed=config["seed"],
-                                   model_name=config["checkpoint"], compare=True,
-                                   batch_size=int(config["batch_size"]), format=spec.format,
-                                   max_length=spec.max_source_length, max_history_turns=spec.max_history_turns,
-                                   chat_template=spec.chat_template)
-        options = dict(alpha=config["alpha"], p=config["p"], num_beams=num_beams, do_sample=do_sample,
-                       max_new_tokens=int(config["max_new_tokens"]), batch_size=int(config["batch_size"]),
-                       seed=config["seed"], compare=True, model_name=config["checkpoint"], format=spec.format,
-                       max_length=spec.max_source_length, max_history_turns=spec.max_history_turns,
-                       chat_template=spec.chat_template)
+        settings = decode_settings(decoding, **run)
         if processes.count > 1:
-            decode_sharded(records, path, lambda: (model, tokenizer), settings=settings, processes=processes,
-                           **options)
+            decode_sharded(records, path, lambda: (model, tokenizer), decoding, settings=settings,
+                           processes=processes, **run)
             written[name] = str(path)
             continue
         done = read_done_ids(path, settings)
         todo = [r for r in records if str(r["id"]) not in done]
         logger.info("%s: %d to decode (%d already in %s)", name, len(todo), len(done), path)
         if todo:
-            stream = decode_records(todo, model, tokenizer, **options)
+            stream = decode_records(todo, model, tokenizer, decoding, **run)
             write_records(path, stream)
         written[name] = str(path)
     return written

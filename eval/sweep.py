@@ -15,11 +15,9 @@ import argparse
 import contextlib
 import logging
 import sys
-from pathlib import Path
 
 
 def parse_args(argv=None):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from pmi_decode.experiments.sweep import add_sweep_arguments
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -3,6 +3,7 @@
 from .inputs import DialogueFormat, EncodedDialogue, build_inputs, encode_dialogue, encode_response
 from .data import DialogueRecord, load_dialogues
 from .batch.decode import decode_records, read_dialogues, read_dialogues_jsonl
+from .decode_config import DecodeConfig
 from .generation import pmi_generate
 from .models import load_model_and_tokenizer, resolve_model
 from .processor import PMIDecode, conditional_end_scores, nucleus_mask, pmi_scores
@@ -10,6 +11,7 @@ from .processor import PMIDecode, conditional_end_scores, nucleus_mask, pmi_scor
 __version__ = "0.1.0"
 
 __all__ = [
+    "DecodeConfig",
     "DialogueFormat",
     "DialogueRecord",
     "EncodedDialogue",

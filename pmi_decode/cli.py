@@ -14,168 +14,46 @@ import importlib.util
 import os
 import sys
 
-from . import defaults as _defaults
+from .decode_config import DecodeConfig, positive_int
 
-#: alpha, p and the plausibility head live in pmi_decode.defaults (shared with pmi_generate); the
-#: guards and the end rule below: docs/decoding.md says why each is on.
-DEFAULT_ALPHA = _defaults.ALPHA
-DEFAULTS = dict(alpha=DEFAULT_ALPHA, p=_defaults.P, num_beams=4, max_new_tokens=64, batch_size=8, seed=0)
-#: Guards of ``generate`` (docs/decoding.md says why): layout markers are banned; no 3-gram repeats
-#: within the response (it removed loops without harming grammar in the comparison), no word
-#: repeated right away ("Blue Blue", which PMI-Decode writes and the 3-gram guard misses), and no
-#: sentence after the first opened in lower case (which PMI-Decode writes: on the 120-turn
-#: comparison at 64 new tokens it was 5 of 6 grammar flags; with it the defaults meet every goal,
-#: docs/results.md "120 turns at 64 new tokens"); generate's own
-#: no-repeat n-grams stay off, because on decoder-only models they count the prompt's n-grams too,
-#: which forbids quoting the document; the repetition penalty stays off, since it penalises reusing
-#: the document's words.
-GUARD_DEFAULTS = dict(no_repeat_ngram_size=0, response_no_repeat_ngram_size=3, repetition_penalty=1.0,
-                      block_layout_markers=True, block_immediate_repeats=True, capitalize_sentences=True)
-#: The end rule (PMIDecode(conditional_end=True)): see docs/decoding.md, "Ending responses".
-DEFAULT_CONDITIONAL_END = True
-#: Trimming a response the length limit cut mid-sentence (pmi_decode.responses) stays off: on the
-#: 120-turn comparison it met the grammar goal but lost a fifth of the faithfulness gain, which lay
-#: in the quoted tails it drops (docs/results.md, "120 turns").
-DEFAULT_TRIM_UNFINISHED = False
-#: Of beam search's final hypotheses, preferring the best one the model ended itself over a
-#: better-scored one the length limit cut (decode_records(prefer_finished=True)).
-DEFAULT_PREFER_FINISHED = False
-DEMO_DEFAULTS = dict(alpha=DEFAULT_ALPHA, p=_defaults.P, num_beams=4, max_new_tokens=40)
+# What the commands decode with when given no flag is DecodeConfig.cli_defaults(): alpha, p and the
+# plausibility head from pmi_decode.defaults (shared with pmi_generate); the guards and the end
+# rule on, trimming and the finished-beam pick off. docs/decoding.md ("Defaults at a glance")
+# says why each is what it is.
 
 
-def _unit_interval(name: str, *, open_left: bool):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        low_ok = value > 0.0 if open_left else value >= 0.0
-        if not (low_ok and value <= 1.0):
-            raise argparse.ArgumentTypeError(
-                f"{name} must be in {'(0, 1]' if open_left else '[0, 1]'}, got {text}"
-            )
-        return value
+def __getattr__(name: str):
+    """The default tables this module used to hold, for one more release; they are
+    DecodeConfig.cli_defaults() now."""
+    retired = {
+        "DEFAULT_ALPHA": lambda c: c.alpha,
+        "DEFAULTS": lambda c: dict(alpha=c.alpha, p=c.p, num_beams=c.num_beams, max_new_tokens=c.max_new_tokens,
+                                   batch_size=c.batch_size, seed=c.seed),
+        "GUARD_DEFAULTS": lambda c: dict(no_repeat_ngram_size=c.no_repeat_ngram_size,
+                                         response_no_repeat_ngram_size=c.response_no_repeat_ngram_size,
+                                         repetition_penalty=c.repetition_penalty,
+                                         block_layout_markers=c.block_layout_markers,
+                                         block_immediate_repeats=c.block_immediate_repeats,
+                                         capitalize_sentences=c.capitalize_sentences),
+        "DEFAULT_CONDITIONAL_END": lambda c: c.conditional_end,
+        "DEFAULT_TRIM_UNFINISHED": lambda c: c.trim_unfinished,
+        "DEFAULT_PREFER_FINISHED": lambda c: c.prefer_finished,
+        "DEMO_DEFAULTS": lambda c: dict(alpha=c.alpha, p=c.p, num_beams=c.num_beams,
+                                        max_new_tokens=_demo_defaults().max_new_tokens),
+    }
+    if name not in retired:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
 
-    return parse
-
-
-def _plausibility(text: str) -> float:
-    from .processor import validate_plausibility
-
-    try:
-        return validate_plausibility(float(text))
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"--plausibility: {err}") from None
-
-
-def _alpha(text: str):
-    """--alpha: a number in [0, 1], adaptive[:MAX_ALPHA[:EXPONENT]] or cocoa[:MAX_ALPHA[:EXPONENT]]."""
-    if text.strip().lower().startswith(("adaptive", "cocoa")):
-        from .adaptive import parse_alpha
-
-        try:
-            return parse_alpha(text).spec
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-    return _unit_interval("--alpha", open_left=False)(text)
+    warnings.warn(f"pmi_decode.cli.{name} is gone: read DecodeConfig.cli_defaults() (pmi_decode.decode_config) "
+                  "instead; this name goes in the next release", DeprecationWarning, stacklevel=2)
+    return retired[name](DecodeConfig.cli_defaults())
 
 
-def _int_at_least(name: str, low: int, note: str = ""):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{name} must be >= {low}{note}, got {value}")
-        return value
+def _demo_defaults() -> DecodeConfig:
+    from .demo import DEMO_OPTIONS
 
-    return parse
-
-
-def _non_negative_int(name: str):
-    return _int_at_least(name, 0, " (0 = off)")
-
-
-def _positive_float(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{name} must be > 0 (1 = off), got {text}")
-        return value
-
-    return parse
-
-
-def _add_guard_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--no-repeat-ngram-size", type=_non_negative_int("--no-repeat-ngram-size"),
-        default=GUARD_DEFAULTS["no_repeat_ngram_size"],
-        help="never repeat a token n-gram of this size (generate's option; on decoder-only models it also "
-        f"forbids repeating n-grams of the prompt, i.e. quoting the document); 0 = off "
-        f"(default {GUARD_DEFAULTS['no_repeat_ngram_size']})",
-    )
-    parser.add_argument(
-        "--response-no-repeat-ngram-size", type=_non_negative_int("--response-no-repeat-ngram-size"),
-        default=GUARD_DEFAULTS["response_no_repeat_ngram_size"],
-        help="never repeat a token n-gram of this size within the response (the document may still be "
-        f"quoted); 0 = off (default {GUARD_DEFAULTS['response_no_repeat_ngram_size']})",
-    )
-    parser.add_argument(
-        "--repetition-penalty", type=_positive_float("--repetition-penalty"),
-        default=GUARD_DEFAULTS["repetition_penalty"],
-        help="generate's repetition penalty; 1 = off (default 1)",
-    )
-    parser.add_argument(
-        "--normalize-scores", action="store_true",
-        help="normalise PMI-Decode's step scores over the nucleus (log-softmax): same tokens in greedy search "
-        "and sampling; in beam search hypotheses are ranked by the PMI-reweighted distribution, whose beams "
-        "end as plain decoding's do (raw PMI scores can be positive, which keeps beams going)",
-    )
-    parser.add_argument(
-        "--block-immediate-repeats", action=argparse.BooleanOptionalAction,
-        default=GUARD_DEFAULTS["block_immediate_repeats"],
-        help='never repeat a word (or a span of up to 4 tokens starting a word) right away, as in "Blue Blue" '
-        f"(default: {'on' if GUARD_DEFAULTS['block_immediate_repeats'] else 'off'})",
-    )
-    parser.add_argument(
-        "--capitalize-sentences", action=argparse.BooleanOptionalAction,
-        default=GUARD_DEFAULTS["capitalize_sentences"],
-        help='never open a sentence after the first in lower case ("... others. on the other hand"); '
-        'abbreviations such as "Inc." or "e.g." do not end a sentence '
-        f"(default: {'on' if GUARD_DEFAULTS['capitalize_sentences'] else 'off'})",
-    )
-    parser.add_argument(
-        "--conditional-end", action=argparse.BooleanOptionalAction, default=DEFAULT_CONDITIONAL_END,
-        help="let the model with the document alone decide when a response ends: the end token keeps its "
-        "conditional probability and PMI shares the rest among the other tokens. Without it the document's "
-        "words outbid the end token and beam-search responses run to --max-new-tokens "
-        f"(default: {'on' if DEFAULT_CONDITIONAL_END else 'off'})",
-    )
-    parser.add_argument(
-        "--prefer-finished", action=argparse.BooleanOptionalAction, default=DEFAULT_PREFER_FINISHED,
-        help="beam search: return the best of the final beams that ended with the end token rather than a "
-        "better-scored one that --max-new-tokens cut; the best beam when none ended "
-        f"(default: {'on' if DEFAULT_PREFER_FINISHED else 'off'})",
-    )
-    parser.add_argument(
-        "--trim-unfinished", action=argparse.BooleanOptionalAction, default=DEFAULT_TRIM_UNFINISHED,
-        help="when --max-new-tokens cuts a response mid-sentence, drop that unfinished sentence if a finished "
-        "one precedes it; the record keeps the whole text as pmi_response_untrimmed "
-        f"(default: {'on' if DEFAULT_TRIM_UNFINISHED else 'off'})",
-    )
-    parser.add_argument(
-        "--allow-layout-markers", dest="block_layout_markers", action="store_false",
-        help='let responses contain the prompt layout\'s markers ("Document:", "User:", "Agent:"), '
-        "which are banned by default",
-    )
-
-
-def _positive_int(name: str):
-    return _int_at_least(name, 1)
+    return DecodeConfig.cli_defaults().replace(**DEMO_OPTIONS)
 
 
 def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
@@ -245,47 +123,6 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16 or auto")
 
 
-def _add_decoding_arguments(parser: argparse.ArgumentParser, defaults: dict) -> None:
-    parser.add_argument(
-        "--alpha", type=_alpha, default=defaults["alpha"],
-        help="weight of the PMI term in [0, 1]; 0 is plain decoding; 'adaptive[:MAX_ALPHA[:EXPONENT]]' sets it "
-        "per token from how much the document changes the next-token distribution (AdaCAD's signal); "
-        "'cocoa[:MAX_ALPHA[:EXPONENT]]' also lowers it where the model reading the document is already decided "
-        f"(CoCoA's signals) (default {defaults['alpha']})",
-    )
-    parser.add_argument(
-        "--p", type=_unit_interval("--p", open_left=True), default=defaults["p"],
-        help=f"top-p nucleus of P(.|d,h) the candidates come from, in (0, 1] (default {defaults['p']})",
-    )
-    plausibility = _defaults.PLAUSIBILITY  # read when the parser is built, like pmi_generate's default
-    parser.add_argument(
-        "--plausibility", type=_plausibility, default=plausibility,
-        help="PMI re-ranks only tokens at least this share as probable as the most probable token given the "
-        "document, so it cannot promote a number or name from another sentence of the document; in [0, 1), "
-        f"0 is the paper's score (default {plausibility})",
-    )
-    parser.add_argument(
-        "--num-beams", type=_positive_int("--num-beams"), default=defaults["num_beams"],
-        help=f"beam width; 1 is greedy search (default {defaults['num_beams']})",
-    )
-    parser.add_argument(
-        "--max-new-tokens", type=_positive_int("--max-new-tokens"), default=defaults["max_new_tokens"],
-        help=f"longest response in tokens (default {defaults['max_new_tokens']})",
-    )
-    parser.add_argument(
-        "--chat-template", choices=["auto", "on", "off"], default="auto",
-        help="wrap dialogues in the tokenizer's chat template (auto: when a decoder-only model has one)",
-    )
-    parser.add_argument(
-        "--max-input-length", type=_positive_int("--max-input-length"), default=None,
-        help="cut prompts to this many tokens, document first (default: the model's context)",
-    )
-    parser.add_argument(
-        "--max-history-turns", type=_positive_int("--max-history-turns"), default=None,
-        help="keep only the last N history turns",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pmi-decode",
@@ -304,14 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_arguments(gen)
     gen.add_argument("--output", required=True, help="JSONL file to write (appended to when resuming)")
     _add_model_arguments(gen)
-    _add_decoding_arguments(gen, DEFAULTS)
-    _add_guard_arguments(gen)
-    gen.add_argument("--do-sample", action="store_true", help="sample instead of searching (seeded by --seed)")
-    gen.add_argument(
-        "--batch-size", type=_positive_int("--batch-size"), default=DEFAULTS["batch_size"],
-        help=f"dialogues per batch, grouped by length (default {DEFAULTS['batch_size']})",
-    )
-    gen.add_argument("--seed", type=int, default=DEFAULTS["seed"], help=f"random seed (default {DEFAULTS['seed']})")
+    DecodeConfig.add_arguments(gen, "generate")
     gen.add_argument("--compare", action="store_true", help="also decode without PMI and write plain_response")
     gen.add_argument("--quiet", action="store_true",
                      help="print errors only: no progress bar, loading messages, warnings or summary lines")
@@ -325,9 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--input", default=None, help="dialogue JSONL file (default: the shipped dialogues)")
     _add_model_arguments(demo)
-    _add_decoding_arguments(demo, DEMO_DEFAULTS)
-    _add_guard_arguments(demo)
-    demo.add_argument("--width", type=_positive_int("--width"), default=None, help="output width in characters")
+    DecodeConfig.add_arguments(demo, "demo", _demo_defaults())
+    demo.add_argument("--width", type=positive_int("--width"), default=None, help="output width in characters")
     demo.add_argument("--save", default=None, help="also write the run (responses, gains, settings) to this JSON file")
     demo.set_defaults(func=_run_demo)
 
@@ -372,31 +201,16 @@ def _add_score_command(sub) -> None:
         parser.set_defaults(func=unavailable)
 
 
-def _chat_flag(value: str):
-    return {"auto": None, "on": True, "off": False}[value]
-
-
 def _load(args):
     from .models import load_model_and_tokenizer
 
     return load_model_and_tokenizer(args.model, device=args.device, dtype=args.dtype)
 
 
-def _decode_options(args) -> dict:
-    """The ``decode_records`` options of ``generate`` (one place, so the one-process and the
-    sharded runs decode, and save settings, alike)."""
-    return dict(
-        alpha=args.alpha, p=args.p, num_beams=args.num_beams, do_sample=args.do_sample,
-        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.seed, compare=args.compare,
-        model_name=args.model, max_length=args.max_input_length, max_history_turns=args.max_history_turns,
-        chat_template=_chat_flag(args.chat_template), extra_settings={"dtype": args.dtype},
-        no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
-        block_layout_markers=args.block_layout_markers,
-        response_no_repeat_ngram_size=args.response_no_repeat_ngram_size, normalize_scores=args.normalize_scores,
-        conditional_end=args.conditional_end, block_immediate_repeats=args.block_immediate_repeats,
-        trim_unfinished=args.trim_unfinished, prefer_finished=args.prefer_finished,
-        capitalize_sentences=args.capitalize_sentences, plausibility=args.plausibility,
-    )
+def _run_options(args) -> dict:
+    """What ``generate`` passes to ``decode_records`` besides the config, and stores with it (one
+    place, so the one-process and the sharded runs decode, and save settings, alike)."""
+    return dict(compare=args.compare, model_name=args.model, extra_settings={"dtype": args.dtype})
 
 
 def _run_generate(args) -> int:
@@ -413,15 +227,14 @@ def _run_generate(args) -> int:
     if os.path.exists(args.input) and os.path.abspath(args.input) == os.path.abspath(args.output):
         raise ValueError("--output must differ from --input")
     records = read_dialogues(args.input, args.split)
-    options = _decode_options(args)
-    settings = decode_settings(**{k: v for k, v in options.items() if k != "extra_settings"},
-                               **options["extra_settings"])
+    config = DecodeConfig.from_args(args)
+    settings = decode_settings(config, **_run_options(args))
     check_output_path(args.output, "--output")
     from .batch.distributed import process_group, shard_dir
 
     processes = process_group()
     if processes.count > 1 or shard_dir(args.output).is_dir():  # the latter: finish a multi-process run
-        return _run_generate_sharded(args, records, settings, processes)
+        return _run_generate_sharded(args, records, config, settings, processes)
     done = read_done_ids(args.output, settings)
     todo = [r for r in records if str(r["id"]) not in done]
     skipped = len(records) - len(todo)
@@ -432,7 +245,7 @@ def _run_generate(args) -> int:
         _say(args, f"nothing to do: all {len(records)} dialogues are in {args.output}")
         return 0
     model, tokenizer = _load(args)
-    outputs = decode_records(todo, model, tokenizer, progress=not args.quiet, **_decode_options(args))
+    outputs = decode_records(todo, model, tokenizer, config, progress=not args.quiet, **_run_options(args))
     # written as decoded (a kill loses nothing), then put in input order: decode_records goes by length
     written = write_records(args.output, outputs)
     reorder_output(args.output, [r["id"] for r in records])
@@ -440,15 +253,15 @@ def _run_generate(args) -> int:
     return 0
 
 
-def _run_generate_sharded(args, records, settings, processes) -> int:
+def _run_generate_sharded(args, records, config, settings, processes) -> int:
     """``generate`` under ``accelerate launch``: each process decodes its share of the batches
     into a shard file; the main process merges them into ``--output`` in input order."""
     from .batch.distributed import decode_sharded
 
     if args.device is None:
         args.device = processes.device  # one accelerator per process (None on CPUs: the default)
-    result = decode_sharded(records, args.output, lambda: _load(args), settings=settings, processes=processes,
-                            progress=not args.quiet, **_decode_options(args))
+    result = decode_sharded(records, args.output, lambda: _load(args), config, settings=settings, processes=processes,
+                            progress=not args.quiet, **_run_options(args))
     if processes.is_main:
         _say(args, f"wrote {result['merged']} dialogues to {args.output} from {processes.count} processes")
     return 0
@@ -457,18 +270,8 @@ def _run_generate_sharded(args, records, settings, processes) -> int:
 def _run_demo(args) -> int:
     from .demo import run_demo
 
-    run_demo(
-        args.input, model_name=args.model, device=args.device, dtype=args.dtype, alpha=args.alpha, p=args.p,
-        num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, chat_template=_chat_flag(args.chat_template),
-        max_length=args.max_input_length, max_history_turns=args.max_history_turns, width=args.width,
-        save=args.save, guards=dict(no_repeat_ngram_size=args.no_repeat_ngram_size, repetition_penalty=args.repetition_penalty,
-                    block_layout_markers=args.block_layout_markers,
-                    response_no_repeat_ngram_size=args.response_no_repeat_ngram_size,
-                    normalize_scores=args.normalize_scores, conditional_end=args.conditional_end,
-                    block_immediate_repeats=args.block_immediate_repeats, trim_unfinished=args.trim_unfinished,
-                    prefer_finished=args.prefer_finished, capitalize_sentences=args.capitalize_sentences,
-                    plausibility=args.plausibility),
-    )
+    run_demo(args.input, DecodeConfig.from_args(args), model_name=args.model, device=args.device, dtype=args.dtype,
+             width=args.width, save=args.save)
     return 0
 
 

@@ -14,9 +14,13 @@ from importlib import resources
 from pathlib import Path
 
 from .batch.decode import decode_records, pmi_gain, read_dialogues_jsonl
+from .decode_config import DecodeConfig
 from .inputs import DialogueFormat
 
 DOCUMENT_CHARS = 300
+#: What the demo changes from the defaults (of the library, or of the command): short responses,
+#: so the two columns stay readable.
+DEMO_OPTIONS = {"max_new_tokens": 40}
 
 
 def demo_dialogues_path() -> Path:
@@ -62,48 +66,47 @@ def format_dialogue(record: dict, index: int, total: int, *, width: int, labels:
 
 def run_demo(
     path=None,
+    config: DecodeConfig | None = None,
     *,
     model_name: str = "embedded",
     device=None,
     dtype=None,
-    alpha: float | str = 0.5,
-    p: float = 0.9,
-    num_beams: int = 4,
-    max_new_tokens: int = 40,
-    chat_template=None,
-    max_length=None,
-    max_history_turns=None,
     width: int | None = None,
     show_gain: bool = True,
     print_fn=print,
     model_and_tokenizer=None,
-    guards: dict | None = None,
     save=None,
+    **options,
 ) -> list[dict]:
-    """Decode the demo dialogues both ways, print them and return the output records. ``guards``:
-    the guard options of :func:`~pmi_decode.decode_records`, applied to both columns alike.
-    ``save``: a JSON file to write the run to (records, gains, means, settings), so the numbers
-    quoted elsewhere can be checked against the run that made them."""
+    """Decode the demo dialogues both ways, print them and return the output records.
+
+    ``config`` (a :class:`~pmi_decode.decode_config.DecodeConfig`; without one, the library
+    defaults with :data:`DEMO_OPTIONS`) and ``options`` (its fields as keywords, applied on top)
+    say how; the guards apply to both columns alike. All dialogues form one batch. ``save``: a
+    JSON file to write the run to (records, gains, means, settings), so the numbers quoted
+    elsewhere can be checked against the run that made them."""
+    if "guards" in options:  # the guard options as one mapping, as this function took them before
+        import warnings
+
+        warnings.warn("run_demo(guards={...}) is deprecated: pass the options themselves (or a DecodeConfig)",
+                      DeprecationWarning, stacklevel=2)
+        options = {**(options.pop("guards") or {}), **options}
     records = read_dialogues_jsonl(path or demo_dialogues_path())
+    config = DecodeConfig.from_options(config if config is not None else DecodeConfig(**DEMO_OPTIONS), **options)
+    config = config.replace(batch_size=len(records))
     if model_and_tokenizer is None:
         from .models import load_model_and_tokenizer
 
         model_and_tokenizer = load_model_and_tokenizer(model_name, device=device, dtype=dtype)
     model, tokenizer = model_and_tokenizer
     width = width or min(120, max(60, shutil.get_terminal_size((100, 24)).columns))
-    search = "greedy search" if num_beams == 1 else f"beam search, {num_beams} beams"
-    labels = (f"PLAIN ({search})", f"PMI-DECODE (alpha={alpha}, p={p:g})")
-    outputs = list(
-        decode_records(
-            records, model, tokenizer, alpha=alpha, p=p, num_beams=num_beams, do_sample=False,
-            max_new_tokens=max_new_tokens, batch_size=len(records), seed=0, compare=True, model_name=model_name,
-            chat_template=chat_template, max_length=max_length, max_history_turns=max_history_turns,
-            **(guards or {}),
-        )
-    )
+    search = "greedy search" if config.num_beams == 1 else f"beam search, {config.num_beams} beams"
+    labels = (f"PLAIN ({search})", f"PMI-DECODE (alpha={config.alpha}, p={config.p:g})")
+    outputs = list(decode_records(records, model, tokenizer, config, compare=True, model_name=model_name))
     by_id = {str(o["id"]): o for o in outputs}
     ordered = [by_id[str(r["id"])] for r in records]
-    kw = dict(chat_template=chat_template, max_length=max_length)
+    kw = dict(chat_template=config.chat_template, max_length=config.max_length)
+    max_history_turns = config.max_history_turns
     totals = [0.0, 0.0]
     for i, out in enumerate(ordered, start=1):
         gains = None

@@ -179,14 +179,15 @@ def test_sweep_config_takes_adaptive_cells(tmp_path):
 
 
 def test_cli_accepts_adaptive_alpha_and_guards():
-    from pmi_decode.cli import GUARD_DEFAULTS, build_parser
+    from pmi_decode.cli import build_parser
+    from pmi_decode.decode_config import DecodeConfig
 
     parser = build_parser()
     args = parser.parse_args(["generate", "--input", "a.jsonl", "--output", "b.jsonl", "--alpha", "adaptive:0.8"])
     assert args.alpha == "adaptive:0.8:0.5"
-    assert args.no_repeat_ngram_size == GUARD_DEFAULTS["no_repeat_ngram_size"]
+    assert args.no_repeat_ngram_size == DecodeConfig.cli_defaults().no_repeat_ngram_size
     assert args.block_layout_markers is True
-    assert args.response_no_repeat_ngram_size == GUARD_DEFAULTS["response_no_repeat_ngram_size"] == 3
+    assert args.response_no_repeat_ngram_size == DecodeConfig.cli_defaults().response_no_repeat_ngram_size == 3
     from pmi_decode import defaults
 
     assert parser.parse_args(["generate", "--input", "a", "--output", "b"]).alpha == defaults.ALPHA

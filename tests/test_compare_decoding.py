@@ -1,28 +1,63 @@
-"""eval/compare_decoding.py: the guard options a system gets, the goal rule, the choice of the best
-system, paired differences, and a report built from score files written as the score stage does."""
+"""pmi_decode.experiments.compare (eval/compare_decoding.py): the options a system gets, the goal
+rule, the choice of the best system, paired differences, and a report built from score files
+written as the score stage does."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
+from pmi_decode.experiments import compare as cd
 
-import compare_decoding as cd  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 CONFIG = {"guards": {"response_no_repeat_ngram_size": 3, "block_layout_markers": True}, "max_new_tokens": 8,
           "num_beams": 2}
 
 
 def test_guard_options_per_system():
-    plain = cd._decode_options(CONFIG, {"alpha": 0})
-    assert plain["response_no_repeat_ngram_size"] is None and plain["block_layout_markers"] is False
-    guarded = cd._decode_options(CONFIG, {"alpha": 0.5, "p": 0.9, "guards": True})
-    assert guarded["response_no_repeat_ngram_size"] == 3 and guarded["block_layout_markers"] is True
-    assert guarded["no_repeat_ngram_size"] is None
-    own = cd._decode_options(CONFIG, {"alpha": 0.5, "guards": {"no_repeat_ngram_size": 4}})
-    assert own["no_repeat_ngram_size"] == 4 and own["response_no_repeat_ngram_size"] is None
+    plain = cd.system_config(CONFIG, {"alpha": 0})
+    assert plain.response_no_repeat_ngram_size is None and plain.block_layout_markers is False
+    guarded = cd.system_config(CONFIG, {"alpha": 0.5, "p": 0.9, "guards": True})
+    assert guarded.response_no_repeat_ngram_size == 3 and guarded.block_layout_markers is True
+    assert guarded.no_repeat_ngram_size is None
+    own = cd.system_config(CONFIG, {"alpha": 0.5, "guards": {"no_repeat_ngram_size": 4}})
+    assert own.no_repeat_ngram_size == 4 and own.response_no_repeat_ngram_size is None
+
+
+def test_a_system_is_the_decode_config_the_old_options_gave():
+    """The config's shared settings, the comparison's defaults (p 1, batches of 4) and the system's
+    own options, in that order of precedence."""
+    from pmi_decode.decode_config import DecodeConfig
+
+    config = dict(CONFIG, seed=3, max_length=64, chat_template=True)
+    got = cd.system_config(config, {"alpha": "adaptive:1:0.25", "normalize": True, "conditional_end": True,
+                                    "plausibility": 0.2, "guards": True})
+    assert got == DecodeConfig(alpha="adaptive:1:0.25", p=1.0, num_beams=2, max_new_tokens=8, seed=3, batch_size=4,
+                               max_length=64, chat_template=True, response_no_repeat_ngram_size=3,
+                               block_layout_markers=True, normalize_scores=True, conditional_end=True,
+                               plausibility=0.2)
+    assert cd.system_config(config, {"alpha": 0, "p": 0.5, "batch_size": 2}).p == 0.5
+
+
+def test_unknown_system_options_are_refused(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("systems:\n  a: {alpha: 0.5, normalise: true}\n")
+    with pytest.raises(SystemExit, match=r"system 'a': unknown option\(s\) \['normalise'\]"):
+        cd.load_config(str(path))
+    path.write_text("systems:\n  a: {alpha: 0.5, guards: {block_layout_marker: true}}\n")
+    with pytest.raises(SystemExit, match=r"unknown option\(s\) \['block_layout_marker'\]"):
+        cd.load_config(str(path))
+    path.write_text("systems:\n  a: {alpha: 0.5, guards: {response_no_repeat_ngram_size: -1}}\n")
+    with pytest.raises(SystemExit, match="system 'a': response_no_repeat_ngram_size must be an integer >= 0"):
+        cd.load_config(str(path))
+
+
+def test_the_shipped_comparison_configs_load():
+    for path in sorted((ROOT / "configs").glob("compare_*.yaml")):
+        config = cd.load_config(str(path))
+        assert all(cd.system_config(config, system).max_new_tokens == config["max_new_tokens"]
+                   for system in config["systems"].values())
 
 
 def _rows(values: dict, n: int = 4) -> list[dict]:
@@ -104,8 +139,8 @@ def test_report_against_another_baseline(tmp_path):
 
 @pytest.mark.parametrize("flag", ["trim_unfinished", "prefer_finished"])
 def test_response_choices_are_system_options(flag, tmp_path):
-    assert cd._decode_options(CONFIG, {"alpha": 0})[flag] is False
-    assert cd._decode_options(CONFIG, {"alpha": 0, flag: True})[flag] is True
+    assert getattr(cd.system_config(CONFIG, {"alpha": 0}), flag) is False
+    assert getattr(cd.system_config(CONFIG, {"alpha": 0, flag: True}), flag) is True
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"systems: {{plain: {{alpha: 0, {flag}: maybe}}}}\n")
     with pytest.raises(SystemExit, match=flag):
@@ -142,7 +177,7 @@ def test_config_refuses_a_non_boolean_normalize(tmp_path):
     with pytest.raises(SystemExit, match="normalize must be true or false"):
         cd.load_config(str(path))
     path.write_text("systems:\n  a: {alpha: 0.5, normalize: true}\n")
-    assert cd._decode_options(CONFIG, cd.load_config(str(path))["systems"]["a"])["normalize_scores"] is True
+    assert cd.system_config(CONFIG, cd.load_config(str(path))["systems"]["a"]).normalize_scores is True
 
 
 def test_layout_leaks_see_markers_and_chat_role_lines():
@@ -164,10 +199,11 @@ def test_a_rerun_expects_the_settings_decode_records_writes(tmp_path):
     config = dict(CONFIG, generator=folder, batch_size=2, max_length=64, max_history_turns=2, num_beams=2)
     records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]
     for system in ({"alpha": 0}, {"alpha": 0.5, "p": 0.9, "guards": True, "conditional_end": True}):
-        options = dict(cd._decode_options(config, system), **cd._record_options(config))
+        decoding = cd.system_config(config, system)
         path = tmp_path / f"{len(system)}.jsonl"
-        write_records(path, decode_records(records, model, tok, progress=False, **options))
-        assert read_done_ids(path, decode_settings(do_sample=False, **options)) == {r["id"] for r in records}
+        write_records(path, decode_records(records, model, tok, decoding, model_name=folder, progress=False))
+        assert read_done_ids(path, decode_settings(decoding, model_name=config["generator"])) == \
+            {r["id"] for r in records}
 
 
 class _Counting:

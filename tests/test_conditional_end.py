@@ -184,9 +184,10 @@ def test_decode_records_and_cli_option(tmp_path):
     records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    from pmi_decode.cli import DEFAULT_CONDITIONAL_END
+    from pmi_decode.decode_config import DecodeConfig
 
-    assert build_parser().parse_args(["generate", "--input", "a", "--output", "b"]).conditional_end is DEFAULT_CONDITIONAL_END
+    assert build_parser().parse_args(["generate", "--input", "a", "--output", "b"]).conditional_end is \
+        DecodeConfig.cli_defaults().conditional_end
     out = tmp_path / "out.jsonl"
     common = ["generate", "--model", folder, "--input", str(inp), "--output", str(out), "--max-new-tokens", "6",
               "--num-beams", "2", "--quiet"]

@@ -401,10 +401,10 @@ def test_decode_records_and_cli_block_immediate_repeats(tmp_path):
     assert main(common + ["--block-immediate-repeats"]) == 0
     assert all(r["settings"]["block_immediate_repeats"] is True for r in read_dialogues_jsonl(str(dest)))
     assert main(common + ["--no-block-immediate-repeats"]) != 0  # other settings than the file's: refused
-    from pmi_decode.cli import GUARD_DEFAULTS
+    from pmi_decode.decode_config import DecodeConfig
 
     args = build_parser().parse_args(["generate", "--input", "a", "--output", "b"])
-    assert args.block_immediate_repeats is GUARD_DEFAULTS["block_immediate_repeats"]
+    assert args.block_immediate_repeats is DecodeConfig.cli_defaults().block_immediate_repeats
 
 
 @pytest.mark.parametrize("paired", [True, False])
@@ -501,7 +501,8 @@ def test_sentence_case_in_both_paths(kind, paired, mode):
 
 
 def test_decode_records_and_cli_capitalize_sentences():
-    from pmi_decode.cli import GUARD_DEFAULTS, _decode_options, build_parser
+    from pmi_decode.cli import build_parser
+    from pmi_decode.decode_config import DecodeConfig
 
     tok, model = tiny_tokenizer("llama"), tiny_model("llama")
     records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]
@@ -510,9 +511,10 @@ def test_decode_records_and_cli_capitalize_sentences():
     assert all(r["settings"]["capitalize_sentences"] is True for r in out)
     parser = build_parser()
     base = ["generate", "--input", "a", "--output", "b"]
-    assert _decode_options(parser.parse_args(base))["capitalize_sentences"] is GUARD_DEFAULTS["capitalize_sentences"]
-    assert _decode_options(parser.parse_args(base + ["--no-capitalize-sentences"]))["capitalize_sentences"] is False
-    assert _decode_options(parser.parse_args(base + ["--capitalize-sentences"]))["capitalize_sentences"] is True
+    options = lambda flags: DecodeConfig.from_args(parser.parse_args(base + flags))  # noqa: E731
+    assert options([]).capitalize_sentences is DecodeConfig.cli_defaults().capitalize_sentences
+    assert options(["--no-capitalize-sentences"]).capitalize_sentences is False
+    assert options(["--capitalize-sentences"]).capitalize_sentences is True
 
 
 def test_sentence_case_bans_lower_case_openings_after_a_newline():

@@ -79,12 +79,13 @@ def test_decode_records_trims_only_what_the_limit_cut():
 
 
 def test_cli_trims_only_when_asked():
-    from pmi_decode.cli import _decode_options, build_parser
+    from pmi_decode.cli import build_parser
+    from pmi_decode.decode_config import DecodeConfig
 
     parser = build_parser()
     base = ["generate", "--input", "in.jsonl", "--output", "out.jsonl"]
-    assert _decode_options(parser.parse_args(base))["trim_unfinished"] is False
-    assert _decode_options(parser.parse_args(base + ["--trim-unfinished"]))["trim_unfinished"] is True
+    assert DecodeConfig.from_args(parser.parse_args(base)).trim_unfinished is False
+    assert DecodeConfig.from_args(parser.parse_args(base + ["--trim-unfinished"])).trim_unfinished is True
 
 
 @pytest.mark.parametrize("kind", ["llama", "bart"])
@@ -120,12 +121,13 @@ def test_prefer_finished_returns_the_best_beam_that_ended(kind):
 
 
 def test_cli_prefers_finished_only_when_asked():
-    from pmi_decode.cli import _decode_options, build_parser
+    from pmi_decode.cli import build_parser
+    from pmi_decode.decode_config import DecodeConfig
 
     parser = build_parser()
     base = ["generate", "--input", "in.jsonl", "--output", "out.jsonl"]
-    assert _decode_options(parser.parse_args(base + ["--no-prefer-finished"]))["prefer_finished"] is False
-    assert _decode_options(parser.parse_args(base + ["--prefer-finished"]))["prefer_finished"] is True
+    assert DecodeConfig.from_args(parser.parse_args(base + ["--no-prefer-finished"])).prefer_finished is False
+    assert DecodeConfig.from_args(parser.parse_args(base + ["--prefer-finished"])).prefer_finished is True
 
 
 def test_abbreviations_end_no_sentence():

@@ -22,18 +22,18 @@ from typing import Collection, Iterable, Iterator, Sequence
 import torch
 from transformers import LogitsProcessor
 
+from ..decode_config import DecodeConfig
 from ..inputs import (
     DialogueFormat,
     build_inputs,
     encode_dialogue,
     encode_response,
     is_encoder_decoder_model,
-    pad_token_id,
     use_chat_template_for,
 )
-from ..adaptive import alpha_setting, resolve_alpha
-from ..processor import PMIDecode, validate_plausibility
+from ..processor import PMIDecode
 from ..responses import trim_unfinished
+from .sharing import settings_difference, shard_units
 
 logger = logging.getLogger(__name__)
 
@@ -207,8 +207,6 @@ def read_done_ids(path: str | os.PathLike, settings: dict | None = None) -> set[
         if not isinstance(obj, dict) or "id" not in obj:
             raise DialogueFileError(f"{where}: the output file holds a record without an 'id'")
         if settings is not None and obj.get("settings") != settings:
-            from .distributed import settings_difference
-
             raise DialogueFileError(
                 f"{where}: this output was decoded with other settings "
                 f"({settings_difference(obj.get('settings'), settings)}); pass the same settings to resume, "
@@ -231,63 +229,16 @@ def write_records(path: str | os.PathLike, records: Iterable[dict]) -> int:
     return count
 
 
-def decode_settings(*, alpha, p, num_beams, do_sample, max_new_tokens, seed, model_name=None, compare=False,
-                    batch_size=None, max_length=None, max_history_turns=None, chat_template=None, format=None,
-                    no_repeat_ngram_size=None, repetition_penalty=None, block_layout_markers=False,
-                    response_no_repeat_ngram_size=None, normalize_scores=False, conditional_end=False,
-                    block_immediate_repeats=False, trim_unfinished=False, prefer_finished=False,
-                    capitalize_sentences=False, plausibility=0.0, **options) -> dict:
-    """The settings stored with every output record and compared on resume: every option that
-    can change a record's content. ``batch_size`` is one of them: it decides which dialogues share
-    a batch, hence the padding and, when sampling, each batch's seed. ``options``: further
-    content-changing options (JSON values), stored as given. The guards are written only when
-    set, so files decoded without them still resume."""
-    settings = {
-        "alpha": alpha_setting(alpha),
-        "p": float(p),
-        "num_beams": int(num_beams),
-        "do_sample": bool(do_sample),
-        "max_new_tokens": int(max_new_tokens),
-        "seed": seed,
-        "compare": bool(compare),
-        "batch_size": None if batch_size is None else int(batch_size),
-        "max_input_length": None if max_length is None else int(max_length),
-        "max_history_turns": None if max_history_turns is None else int(max_history_turns),
-        "chat_template": chat_template,
-    }
-    if no_repeat_ngram_size:
-        settings["no_repeat_ngram_size"] = int(no_repeat_ngram_size)
-    if repetition_penalty is not None and float(repetition_penalty) != 1.0:
-        settings["repetition_penalty"] = float(repetition_penalty)
-    if block_layout_markers:
-        # the guard's current meaning (markers, and their words at a line start;
-        # decoder-only models: the control tokens too); files decoded under an earlier guard say
-        # True or "markers+control_tokens" and do not resume under it
-        settings["block_layout_markers"] = "markers+line_start+control_tokens"
-    if response_no_repeat_ngram_size:
-        settings["response_no_repeat_ngram_size"] = int(response_no_repeat_ngram_size)
-    if normalize_scores:
-        settings["normalize_scores"] = True
-    if conditional_end:
-        settings["conditional_end"] = True
-    if plausibility:
-        settings["plausibility"] = float(plausibility)
-    if block_immediate_repeats:
-        settings["block_immediate_repeats"] = True
-    if capitalize_sentences:
-        settings["capitalize_sentences"] = True
-    if trim_unfinished:
-        settings["trim_unfinished"] = True
-    if prefer_finished and int(num_beams) > 1:
-        settings["prefer_finished"] = True
-    if format is not None:
-        import dataclasses
-
-        settings["format"] = dataclasses.asdict(format) if dataclasses.is_dataclass(format) else repr(format)
-    settings.update(options)
-    if model_name is not None:
-        settings = {"model": str(model_name), **settings}
-    return json.loads(json.dumps(settings, default=str))  # as it will read back from the file (tuples -> lists)
+def decode_settings(config: DecodeConfig | None = None, *, compare: bool = False, model_name=None,
+                    extra_settings: dict | None = None, **options) -> dict:
+    """The settings :func:`decode_records` stores with every output record for the same
+    arguments (and compares on resume): :meth:`DecodeConfig.settings <pmi_decode.decode_config.DecodeConfig.settings>`.
+    ``options``: :class:`~pmi_decode.decode_config.DecodeConfig` fields, or further
+    content-changing values (JSON), stored as given, like ``extra_settings``."""
+    names = set(DecodeConfig.option_names())
+    config = DecodeConfig.from_options(config, **{k: v for k, v in options.items() if k in names})
+    extra = {**(extra_settings or {}), **{k: v for k, v in options.items() if k not in names}}
+    return config.settings(compare=compare, model_name=model_name, **extra)
 
 
 def check_output_path(path: str | os.PathLike, flag: str = "--output") -> Path:
@@ -455,75 +406,35 @@ def decode_records(
     records: Sequence[dict],
     model,
     tokenizer,
+    config: DecodeConfig | None = None,
     *,
-    alpha: float = 0.5,
-    p: float = 0.9,
-    num_beams: int = 4,
-    do_sample: bool = False,
-    max_new_tokens: int = 64,
-    batch_size: int = 8,
-    seed: int | None = 0,
     compare: bool = False,
     model_name: str | None = None,
-    format: DialogueFormat | None = None,
-    max_length: int | None = None,
-    max_history_turns: int | None = None,
-    chat_template: bool | None = None,
     progress=True,
     extra_settings: dict | None = None,
     skip_ids: Collection | None = None,
     shard: tuple[int, int] | None = None,
-    no_repeat_ngram_size: int | None = None,
-    repetition_penalty: float | None = None,
-    block_layout_markers: bool = False,
-    response_no_repeat_ngram_size: int | None = None,
-    normalize_scores: bool = False,
-    conditional_end: bool = False,
-    block_immediate_repeats: bool = False,
-    trim_unfinished: bool = False,
-    prefer_finished: bool = False,
-    capitalize_sentences: bool = False,
-    plausibility: float = 0.0,
+    **options,
 ) -> Iterator[dict]:
     """Decode dialogue records; yield one complete output record per input record.
 
+    ``config`` (a :class:`~pmi_decode.decode_config.DecodeConfig`; its defaults when ``None``)
+    holds every option that changes the text; ``options`` are its fields given as keywords
+    (``decode_records(records, model, tokenizer, alpha=0.5, num_beams=2)``), applied on top of it.
+    Each option's help (on the field, and in ``pmi-decode generate --help``) and
+    docs/decoding.md say what it does.
+
     Records are decoded in batches of similar prompt length (longest first), so they come out
     in that order, each with its ``id``. ``plain_response`` (with ``compare``) is the same
-    ``generate`` call without PMI-Decode; when sampling, it samples from the same top-``p``
-    nucleus, so the two differ only in the PMI term. With ``seed`` set, sampling is
-    reproducible: each batch is seeded from the seed and the batch's ids. ``max_length`` bounds
-    the prompt (default: the model's context minus ``max_new_tokens``); the document is cut
-    first (see :func:`pmi_decode.encode_dialogue`). ``progress``: ``True`` shows a bar that moves
-    with every decoding step, a callable gets ``(dialogues_done, total)`` as they move (a float:
-    a batch counts in fractions while it decodes), ``False`` shows nothing. ``extra_settings``:
-    more content-changing options the caller applied (e.g. the model's dtype), saved with the
-    settings. ``alpha`` may be ``"adaptive"`` (see :mod:`pmi_decode.adaptive`).
-
-    Guards (applied alike to PMI-Decode and to the plain comparison): ``no_repeat_ngram_size``
-    and ``repetition_penalty`` are ``generate``'s own options; ``block_layout_markers`` bans the
-    prompt layout's markers ("Document:", "User:", "Agent:") from responses
-    (:class:`pmi_decode.guards.LayoutMarkerGuard`) and, for decoder-only models, every control
-    token but the end token (a chat template's role headers, see
-    :func:`pmi_decode.guards.control_token_ids`); ``response_no_repeat_ngram_size`` forbids
-    repeating an n-gram of the response itself (:class:`pmi_decode.guards.ResponseNoRepeatNGram`),
-    leaving the document free to be quoted, which ``no_repeat_ngram_size`` forbids on decoder-only
-    models (their ``input_ids`` hold the prompt). ``normalize_scores``: PMI-Decode's step scores
-    normalised over the nucleus (:class:`pmi_decode.PMIDecode`'s ``normalize``).
-    ``block_immediate_repeats``: no word or short span repeated right away ("Blue Blue";
-    :class:`pmi_decode.guards.ResponseNoImmediateRepeat`).
-    ``capitalize_sentences``: no sentence after the response's first opens in lower case
-    (:class:`pmi_decode.guards.SentenceCaseGuard`).
-    ``plausibility``: PMI re-ranks only tokens at least this share as probable as the conditional
-    top token (:class:`pmi_decode.PMIDecode`'s ``plausibility``; 0 = the paper's score).
-    ``conditional_end``: the conditional model alone decides when a response ends
-    (:class:`pmi_decode.PMIDecode`'s ``conditional_end``; the end token is ``generate``'s).
-    ``trim_unfinished``: a response that ``max_new_tokens`` cut mid-sentence loses its unfinished
-    last sentence when a finished one precedes it (:mod:`pmi_decode.responses`); the whole text
-    stays in the record as ``pmi_response_untrimmed`` / ``plain_response_untrimmed``.
-    ``prefer_finished`` (beam search, ``num_beams`` > 1): of the ``num_beams`` hypotheses beam
-    search ends with, return the best-scored one the model ended itself (end token) instead of a
-    better-scored one that ``max_new_tokens`` cut; the best one when none ended. The search is
-    unchanged (``generate`` returns all ``num_beams`` hypotheses, ranked); only the pick differs.
+    ``generate`` call without PMI-Decode, with the same guards; when sampling, it samples from
+    the same top-``p`` nucleus, so the two differ only in the PMI term. With ``seed`` set,
+    sampling is reproducible: each batch is seeded from the seed and the batch's ids.
+    ``max_length`` bounds the prompt (default: the model's context minus ``max_new_tokens``);
+    the document is cut first (see :func:`pmi_decode.encode_dialogue`). ``progress``: ``True``
+    shows a bar that moves with every decoding step, a callable gets ``(dialogues_done, total)``
+    as they move (a float: a batch counts in fractions while it decodes), ``False`` shows
+    nothing. ``model_name`` and ``extra_settings`` (more content-changing values the caller
+    applied, e.g. the model's dtype) are saved with the settings (:func:`decode_settings`).
 
     ``skip_ids`` and ``shard=(index, count)`` let a rerun or one of several processes decode
     part of ``records`` while every record keeps the batch (and seed) it gets when all of
@@ -531,117 +442,54 @@ def decode_records(
     batches ``index, index + count, ...``, a batch whose records are all in ``skip_ids`` is not
     run, and records in ``skip_ids`` are not yielded (see :mod:`pmi_decode.batch.distributed`).
     """
-    alpha, p = resolve_alpha(alpha, p)
-    plausibility = validate_plausibility(plausibility)
-    for name, value in (("no_repeat_ngram_size", no_repeat_ngram_size),
-                        ("response_no_repeat_ngram_size", response_no_repeat_ngram_size)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ValueError(f"{name} must be an integer >= 0 (0 = off), got {value!r}")
-    if repetition_penalty is not None and (isinstance(repetition_penalty, bool)
-                                           or not isinstance(repetition_penalty, (int, float))
-                                           or not repetition_penalty > 0):
-        raise ValueError(f"repetition_penalty must be a number > 0 (1 = off), got {repetition_penalty!r}")
-    for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if do_sample and seed is None:
+    config = DecodeConfig.from_options(config, **options)
+    if config.do_sample and config.seed is None:
         logger.warning("sampling without a seed: the output will differ from run to run")
     empty = [str(r["id"]) for r in records if isinstance(r.get("document"), str) and not r["document"].strip()]
     if empty:
         logger.warning("%d of %d dialogues have an empty document, so PMI-Decode decodes them exactly as plain "
                        "decoding (ids %s)", len(empty), len(records), ", ".join(empty[:5]) + (" ..." if len(empty) > 5 else ""))
     enc_dec = is_encoder_decoder_model(model)
-    user_max_length = max_length
+    max_length = config.max_length
     if max_length is None:
-        max_length = _default_max_length(model, tokenizer, enc_dec, max_new_tokens)
-    settings = decode_settings(
-        alpha=alpha, p=p, num_beams=num_beams, do_sample=do_sample, max_new_tokens=max_new_tokens,
-        seed=seed, model_name=model_name, compare=compare, batch_size=batch_size, max_length=user_max_length,
-        max_history_turns=max_history_turns, chat_template=chat_template, format=format,
-        no_repeat_ngram_size=no_repeat_ngram_size, repetition_penalty=repetition_penalty,
-        block_layout_markers=block_layout_markers, response_no_repeat_ngram_size=response_no_repeat_ngram_size,
-        normalize_scores=normalize_scores, conditional_end=conditional_end,
-        block_immediate_repeats=block_immediate_repeats, trim_unfinished=trim_unfinished,
-        prefer_finished=prefer_finished, capitalize_sentences=capitalize_sentences, plausibility=plausibility,
-        **(extra_settings or {}),
-    )
-    encode_kw = dict(
-        is_encoder_decoder=enc_dec, format=format, max_history_turns=max_history_turns,
-        max_length=max_length, chat_template=chat_template,
-    )
-    lengths = [len(encode_dialogue(tokenizer, r["document"], r["history"], **encode_kw).conditional) for r in records]
-    generate_kwargs = dict(
-        max_new_tokens=max_new_tokens,
-        num_beams=num_beams,
-        do_sample=do_sample,
-        # prefer_finished: all the beams, ranked, to pick from (the search itself is the same)
-        num_return_sequences=num_beams if prefer_finished else 1,
-        pad_token_id=pad_token_id(tokenizer),
-    )
-    group = num_beams if prefer_finished else 1
-    if do_sample:
-        generate_kwargs["top_p"] = 1.0  # PMIDecode already keeps only the top-p nucleus
-    if no_repeat_ngram_size:
-        generate_kwargs["no_repeat_ngram_size"] = no_repeat_ngram_size
-    if repetition_penalty is not None and float(repetition_penalty) != 1.0:
-        generate_kwargs["repetition_penalty"] = float(repetition_penalty)
-    if block_layout_markers:
-        from ..guards import layout_guards
-
-        generate_kwargs["logits_processor"] = layout_guards(tokenizer, model, format)
-    if capitalize_sentences:
-        from ..guards import SentenceCaseGuard
-
-        # the vocabulary is read once; each batch gets the guard at its own prompt width
-        sentence_case = SentenceCaseGuard(tokenizer, 0).for_width
-    batches = _batches(records, lengths, batch_size)
+        max_length = _default_max_length(model, tokenizer, enc_dec, config.max_new_tokens)
+    settings = config.settings(compare=compare, model_name=model_name, **(extra_settings or {}))
+    prompt_options = dict(format=config.format, max_history_turns=config.max_history_turns, max_length=max_length,
+                          chat_template=config.chat_template)
+    lengths = [len(encode_dialogue(tokenizer, r["document"], r["history"], is_encoder_decoder=enc_dec,
+                                   **prompt_options).conditional) for r in records]
+    processor_options = config.processor_options()
+    group = config.hypotheses_per_dialogue
+    response_guards = config.response_guards(tokenizer)
+    batches = _batches(records, lengths, config.batch_size)
     if shard is not None:
-        from .distributed import shard_units
-
         batches = shard_units(batches, *shard)
     skip = {str(i) for i in skip_ids} if skip_ids else set()
     if skip:
         batches = [b for b in batches if any(str(records[i]["id"]) not in skip for i in b)]
     num_truncated = 0
     tracker = _Progress(sum(len(b) for b in batches), progress)
-    step_kwargs = dict(generate_kwargs)
-    step_kwargs["logits_processor"] = list(generate_kwargs.get("logits_processor") or []) + [_StepHook(tracker.step)]
-    generate_kwargs = step_kwargs
+    generate_kwargs = config.generate_kwargs(model, tokenizer)
+    step_hook = _StepHook(tracker.step)
+    generate_kwargs["logits_processor"] = [*(generate_kwargs.get("logits_processor") or []), step_hook]
     try:
         for batch in batches:
             recs = [records[i] for i in batch]
-            inputs = build_inputs(
-                tokenizer, [r["document"] for r in recs], [r["history"] for r in recs], model=model,
-                format=format, max_history_turns=max_history_turns, max_length=max_length,
-                chat_template=chat_template, warn_truncation=False,
-            )
+            inputs = build_inputs(tokenizer, [r["document"] for r in recs], [r["history"] for r in recs], model=model,
+                                  warn_truncation=False, **prompt_options)
             num_truncated += inputs["num_truncated"]
             prompt_len = inputs["conditional"]["input_ids"].shape[1]
-            batch_kwargs = generate_kwargs
             # The decoder's input_ids: the padded prompt (decoder-only) or the start token.
-            response_start = 1 if enc_dec else prompt_len
-            response_guards = []
-            if response_no_repeat_ngram_size:
-                from ..guards import ResponseNoRepeatNGram
-
-                response_guards.append(ResponseNoRepeatNGram(response_no_repeat_ngram_size, response_start))
-            if block_immediate_repeats:
-                from ..guards import ResponseNoImmediateRepeat
-
-                response_guards.append(ResponseNoImmediateRepeat(tokenizer, response_start))
-            if capitalize_sentences:
-                response_guards.append(sentence_case(response_start))
-            if response_guards:
-                batch_kwargs = dict(generate_kwargs,
-                                    logits_processor=[*response_guards, *generate_kwargs["logits_processor"]])
-            batch_seed = _batch_seed(seed, [r["id"] for r in recs]) if seed is not None else None
-            tracker.start_batch(len(recs), 2 if compare else 1, max_new_tokens)
+            guards = response_guards(1 if enc_dec else prompt_len)
+            batch_kwargs = generate_kwargs
+            if guards:
+                batch_kwargs = dict(generate_kwargs, logits_processor=[*guards, *generate_kwargs["logits_processor"]])
+            batch_seed = _batch_seed(config.seed, [r["id"] for r in recs]) if config.seed is not None else None
+            tracker.start_batch(len(recs), 2 if compare else 1, config.max_new_tokens)
             with torch.no_grad():
                 if batch_seed is not None:
                     torch.manual_seed(batch_seed)
-                pmi = _pmi_sequences(model, inputs, alpha=alpha, p=p, generate_kwargs=batch_kwargs,
-                                     normalize=normalize_scores, conditional_end=conditional_end,
-                                     plausibility=plausibility)
+                pmi = _pmi_sequences(model, inputs, generate_kwargs=batch_kwargs, **processor_options)
                 pmi_texts = _texts(tokenizer, pmi, prompt_len, enc_dec)
                 pmi_cut = _cut_by_limit(model, pmi, prompt_len, enc_dec)
                 if group > 1:
@@ -650,7 +498,9 @@ def decode_records(
                 if compare:
                     if batch_seed is not None:
                         torch.manual_seed(batch_seed)
-                    plain_kwargs = dict(batch_kwargs, top_p=p) if do_sample else batch_kwargs
+                    plain_kwargs = batch_kwargs
+                    if config.do_sample:  # the same nucleus PMI-Decode samples from
+                        plain_kwargs = dict(batch_kwargs, top_p=processor_options["p"])
                     plain = _plain_sequences(model, inputs, plain_kwargs)
                     plain_texts = _texts(tokenizer, plain, prompt_len, enc_dec)
                     plain_cut = _cut_by_limit(model, plain, prompt_len, enc_dec)
@@ -663,7 +513,7 @@ def decode_records(
                 out["pmi_response"] = pmi_texts[row]
                 if plain_texts is not None:
                     out["plain_response"] = plain_texts[row]
-                if trim_unfinished:
+                if config.trim_unfinished:
                     _trimmed(out, "pmi_response", pmi_cut[row])
                     if plain_texts is not None:
                         _trimmed(out, "plain_response", plain_cut[row])

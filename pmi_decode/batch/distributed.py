@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from .sharing import settings_difference, shard_units
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -81,22 +83,6 @@ class Processes:
         return gather_object([value])  # accelerate gathers lists and joins them: one item per process
 
 
-def settings_difference(written, now) -> str:
-    """The keys on which two settings dicts differ, each with both values, e.g.
-    ``alpha: 0.25 in the file, 0.5 now`` (what a refused resume must say, rather than print
-    both dicts whole)."""
-    if not isinstance(written, dict) or not isinstance(now, dict):
-        return f"{written!r} in the file, {now!r} now"
-    missing = object()
-    parts = []
-    for key in list(written) + [k for k in now if k not in written]:
-        old, new = written.get(key, missing), now.get(key, missing)
-        if old != new:
-            show = lambda v: "absent" if v is missing else json.dumps(v, sort_keys=True, default=str)  # noqa: E731
-            parts.append(f"{key}: {show(old)} in the file, {show(new)} now")
-    return "; ".join(parts) or "the same keys and values, in another form"
-
-
 def _launched_with_several_processes() -> bool:
     for name in ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"):
         try:
@@ -126,16 +112,6 @@ def process_group() -> Processes:
     state = PartialState(cpu=cpu)
     device = None if cpu else str(state.device)
     return Processes(int(state.process_index), int(state.num_processes), device, state)
-
-
-def shard_units(units: Sequence, index: int, count: int) -> list:
-    """Units ``index, index + count, ...``: round-robin, so with units sorted longest first
-    every process gets a similar mix of long and short work (accelerate's
-    ``split_between_processes`` hands out contiguous slices: the first process would get all the
-    longest batches)."""
-    if count < 1 or not 0 <= index < count:
-        raise ValueError(f"process index must be in [0, {count}), got {index} of {count}")
-    return list(units[index::count])
 
 
 def shard_dir(output: str | os.PathLike, tag: str | None = None) -> Path:
@@ -302,8 +278,9 @@ def decode_sharded(
     records: Sequence[dict],
     output: str | os.PathLike,
     load: Callable[[], tuple],
+    config=None,
     *,
-    settings: dict,
+    settings: dict | None = None,
     processes: Processes | None = None,
     progress: bool = True,
     **decode_options,
@@ -311,19 +288,23 @@ def decode_sharded(
     """:func:`~pmi_decode.batch.decode.decode_records` over several processes into ``output``.
 
     ``load()`` returns ``(model, tokenizer)`` on this process's device (``processes.device``:
-    one accelerator per process); it is called only by a process with work left. ``decode_options``
-    go to ``decode_records`` (``batch_size``, ``seed``, ``compare``, ...); they must be the ones
-    ``settings`` describes.
+    one accelerator per process); it is called only by a process with work left. ``config`` (a
+    :class:`~pmi_decode.decode_config.DecodeConfig`) and ``decode_options`` go to
+    ``decode_records`` (``compare``, ``model_name``, ``extra_settings``, or config fields);
+    ``settings``, what finished records must carry, defaults to what they describe
+    (:func:`~pmi_decode.batch.decode.decode_settings`).
     """
-    from .decode import decode_records
+    from .decode import decode_records, decode_settings
 
     processes = processes or process_group()
+    if settings is None:
+        settings = decode_settings(config, **decode_options)
 
     def compute(index, count, done):
         if all(str(r["id"]) in done for r in records):
             return
         model, tokenizer = load()
-        yield from decode_records(records, model, tokenizer, progress=progress and processes.is_main,
+        yield from decode_records(records, model, tokenizer, config, progress=progress and processes.is_main,
                                   skip_ids=done, shard=(index, count), **decode_options)
 
     return run_sharded([r["id"] for r in records], output, compute, settings=settings, processes=processes)

@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..adaptive import alpha_label, alpha_order, alpha_setting, alpha_size, resolve_alpha
-from ..processor import validate_alpha_p
+from ..adaptive import alpha_label, alpha_order, alpha_setting, alpha_size
+from ..decode_config import DecodeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ __all__ = [
     "Cell",
     "SweepConfig",
     "load_sweep_config",
+    "decode_option_names",
     "grid",
     "cell_paths",
     "atomic_write_text",
@@ -63,11 +64,8 @@ METHODS = {
 }
 
 
-#: decode_records options a sweep may set for every cell, and their types.
-DECODE_OPTIONS = {"conditional_end": bool, "normalize_scores": bool, "block_layout_markers": bool,
-                  "response_no_repeat_ngram_size": int, "no_repeat_ngram_size": int, "repetition_penalty": float,
-                  "block_immediate_repeats": bool, "trim_unfinished": bool, "prefer_finished": bool,
-                  "capitalize_sentences": bool, "plausibility": float}
+#: The options each cell sets itself: its alpha and p, and its method's.
+CELL_OPTIONS = ("alpha", "p", *sorted({key for method in METHODS.values() for key in method}))
 
 PMI_STATISTICS = ("cpmi_sum", "cpmi_mean", "upmi_sum", "upmi_mean")
 
@@ -129,7 +127,8 @@ class SweepConfig:
     language_tool_url: str | None = None
     language_tool_path: str | None = None
     num_threads: int | None = None
-    #: decode_records options applied to every cell (guards, the end rule), e.g.
+    #: DecodeConfig options applied to every cell besides those above (guards, the end rule, ...;
+    #: :func:`decode_option_names`), e.g.
     #: {conditional_end: true, response_no_repeat_ngram_size: 3, block_layout_markers: true}
     decode_options: dict = field(default_factory=dict)
     config_path: str | None = None
@@ -142,29 +141,25 @@ class SweepConfig:
                              "JSONL file, a saved Dataset folder or a hub data set id)")
         if self.dataset is not None and self.split is None:
             raise ValueError(f"the setting 'split' is required with dataset {self.dataset!r}")
-        if not isinstance(self.decode_options, dict) or set(self.decode_options) - set(DECODE_OPTIONS):
-            raise ValueError(f"decode_options must be a mapping with keys from {sorted(DECODE_OPTIONS)}, "
+        known = decode_option_names()
+        if not isinstance(self.decode_options, dict) or set(self.decode_options) - set(known):
+            raise ValueError(f"decode_options must be a mapping with keys from {sorted(known)}, "
                              f"got {self.decode_options!r}")
-        for key, value in self.decode_options.items():
-            kind = DECODE_OPTIONS[key]
-            accepted = (int, float) if kind is float else kind  # a float option takes 1 as well as 1.0
-            if isinstance(value, bool) != (kind is bool) or not isinstance(value, accepted):
-                raise ValueError(f"decode_options.{key} must be {kind.__name__}, got {value!r}")
+        shared = self.decoding()  # checks the decoding settings, decode_options included
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise ValueError(f"methods must be a non-empty list drawn from {sorted(METHODS)}, got {self.methods!r}")
         if not self.alphas or not self.ps:
             raise ValueError("alphas and ps must each hold at least one value")
         for a in self.alphas:
-            resolve_alpha(a, 1.0)  # a number in [0, 1] or "adaptive[:MAX_ALPHA[:EXPONENT]]"
+            shared.replace(alpha=a)  # a number in [0, 1] or "adaptive[:MAX_ALPHA[:EXPONENT]]"
         for p in self.ps:
-            validate_alpha_p(0.0, p)
+            shared.replace(p=p)
         self.alphas = sorted({alpha_setting(a) for a in self.alphas}, key=alpha_order)
         self.ps = sorted({float(p) for p in self.ps})
-        for name in ("num_beams", "max_new_tokens", "batch_size", "scorer_batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        value = self.scorer_batch_size
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"scorer_batch_size must be an integer >= 1, got {value!r}")
         if self.num_turns is not None and (not isinstance(self.num_turns, int) or self.num_turns < 1):
             raise ValueError(f"num_turns must be a positive integer or null (all turns), got {self.num_turns!r}")
         if self.best_max_grammar_error_rate is not None and not 0 <= self.best_max_grammar_error_rate <= 1:
@@ -176,6 +171,17 @@ class SweepConfig:
             if len(self.pmi_bounds) != 2 or not float(self.pmi_bounds[0]) < float(self.pmi_bounds[1]):
                 raise ValueError(f"pmi_bounds must be [low, high] with low < high, got {self.pmi_bounds!r}")
             self.pmi_bounds = [float(b) for b in self.pmi_bounds]
+
+    def decoding(self, cell: Cell | None = None) -> DecodeConfig:
+        """What a cell decodes with: the library's defaults, this config's decoding settings and
+        ``decode_options``, then the cell's alpha, p and method (without a cell: what every cell
+        shares)."""
+        shared = DecodeConfig(**{name: getattr(self, name) for name in _shared_option_names()})
+        try:
+            shared = shared.replace(**self.decode_options)
+        except ValueError as err:
+            raise ValueError(f"decode_options.{err}") from None
+        return shared if cell is None else shared.replace(alpha=cell.alpha, p=cell.p, **METHODS[cell.method])
 
     @property
     def source(self) -> str:
@@ -203,6 +209,32 @@ class SweepConfig:
         return {"scorer_model": self.scorer_model, "scorer_chat_template": self.scorer_chat_template,
                 "scorer_max_length": self.scorer_max_length, "max_history_turns": self.max_history_turns,
                 "pmi_statistic": self.pmi_statistic, "grammar_backend": self.grammar_backend}
+
+
+def _shared_option_names() -> list[str]:
+    """The DecodeConfig options a sweep config sets at its top level (num_beams, seed, ...)."""
+    own = {f.name for f in fields(SweepConfig)}
+    return [name for name in DecodeConfig.option_names() if name in own]
+
+
+def decode_option_names() -> list[str]:
+    """The DecodeConfig options ``decode_options`` may set: all that the sweep's own settings
+    and the cells do not, and that a YAML file can hold."""
+    own = {f.name for f in fields(SweepConfig)} | set(CELL_OPTIONS)
+    return [name for name in DecodeConfig.file_option_names() if name not in own]
+
+
+def __getattr__(name: str):
+    """``DECODE_OPTIONS`` (option -> type), for one more release: :func:`decode_option_names` now."""
+    if name != "DECODE_OPTIONS":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
+
+    warnings.warn("pmi_decode.experiments.sweep.DECODE_OPTIONS is gone: use decode_option_names() (the options "
+                  "are checked by pmi_decode.decode_config.DecodeConfig); this name goes in the next release",
+                  DeprecationWarning, stacklevel=2)
+    commands = DecodeConfig.cli_defaults()  # every one of these options has a non-None value there
+    return {key: type(getattr(commands, key)) for key in decode_option_names()}
 
 
 def load_sweep_config(path=None, **overrides) -> SweepConfig:
@@ -348,15 +380,8 @@ def generate_cells(config: SweepConfig, records: Sequence, model, tokenizer, *, 
         bar = tqdm(total=len(cells), initial=len(cells) - len(todo), desc="sweep: generate", unit="cell")
     try:
         for cell in todo:
-            method = dict(METHODS[cell.method])
-            num_beams = method.pop("num_beams", config.num_beams)
             settings = config.generation_settings(cell.method)
-            outputs = decode_records(
-                inputs, model, tokenizer, alpha=cell.alpha, p=cell.p, num_beams=num_beams,
-                max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, seed=config.seed,
-                max_length=config.max_length, max_history_turns=config.max_history_turns,
-                chat_template=config.chat_template, progress=progress, **method, **config.decode_options,
-            )
+            outputs = decode_records(inputs, model, tokenizer, config.decoding(cell), progress=progress)
             by_id = {}
             for out in outputs:
                 out["sweep_settings"] = settings
