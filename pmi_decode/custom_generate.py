@@ -26,6 +26,8 @@ replaced by that function, which would call itself.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers.generation.logits_process import (
     EpsilonLogitsWarper,
@@ -90,11 +92,36 @@ def _unconditional(unconditional_inputs, negative_prompt_ids, negative_prompt_at
     )
 
 
+#: PMI-Decode's own keywords of :func:`generate` (the rest of its signature is ``generate``'s), with
+#: their defaults; ``None`` reads :mod:`pmi_decode.defaults` at call time.
+GENERATE_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, paired=None, share_prompt=True,
+                        normalize=False, conditional_end=False)
+#: PMI-Decode's own keywords of :func:`pmi_decoding_loop`.
+LOOP_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, normalize=False, conditional_end=False,
+                    plausibility=None)
+
+
+def _declare_options(function, declared: dict):
+    """Show ``declared`` as keyword-only parameters in ``function``'s signature (before its
+    ``**kwargs``): ``generate`` accepts a ``custom_generate`` callable's extra keywords only when
+    its signature names them, and ``help()`` shows them."""
+    signature = inspect.signature(function)
+    params = list(signature.parameters.values())
+    keywords = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+                for name, default in declared.items()]
+    function.__signature__ = signature.replace(parameters=params[:-1] + keywords + params[-1:])
+    return function
+
+
+def _pop_options(kwargs: dict, declared: dict) -> dict:
+    """Take PMI-Decode's keywords out of ``kwargs`` (what is left goes on to ``generate``): the
+    signatures mirror ``generate``'s, so our options travel as keywords and are declared here."""
+    return {name: kwargs.pop(name, default) for name, default in declared.items()}
+
+
 def generate(model, inputs=None, generation_config=None, logits_processor=None, stopping_criteria=None,
              prefix_allowed_tokens_fn=None, synced_gpus=None, assistant_model=None, streamer=None,
-             negative_prompt_ids=None, negative_prompt_attention_mask=None, *, alpha=None, p=None,
-             unconditional_inputs=None, paired=None, share_prompt=True, normalize=False, conditional_end=False,
-             **kwargs):
+             negative_prompt_ids=None, negative_prompt_attention_mask=None, **kwargs):
     """``generate`` with PMI-Decode: what :func:`~pmi_decode.pmi_generate` returns for the same
     arguments. The conditional prompt is generate's ``input_ids`` (or ``inputs``) with its
     ``attention_mask``; the document-free one is ``unconditional_inputs`` or
@@ -102,8 +129,9 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
     ``"adaptive"`` or ``"cocoa"``), ``p``, ``plausibility``, ``paired``, ``share_prompt``,
     ``normalize``, ``conditional_end``: as in ``pmi_generate``, with its defaults
     (:mod:`pmi_decode.defaults`). Anything else goes to ``generate``."""
-    alpha = defaults.ALPHA if alpha is None else alpha
-    p = defaults.P if p is None else p
+    options = _pop_options(kwargs, GENERATE_OPTIONS)
+    alpha = defaults.ALPHA if options["alpha"] is None else options["alpha"]
+    p = defaults.P if options["p"] is None else options["p"]
     if assistant_model is not None or kwargs.get("prompt_lookup_num_tokens") is not None:
         raise ValueError("PMI-Decode scores one token per step: assisted and prompt-lookup decoding are not supported")
     if kwargs.get("custom_generate") is not None:
@@ -116,13 +144,17 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
         raise ValueError("PMI-Decode needs the conditional prompt (with the document) as input_ids=")
     cond = _prompt(input_ids, kwargs.pop("attention_mask", None), "prompt with the document", "input_ids",
                    "attention_mask")
-    uncond = _unconditional(unconditional_inputs, negative_prompt_ids, negative_prompt_attention_mask)
+    uncond = _unconditional(options["unconditional_inputs"], negative_prompt_ids, negative_prompt_attention_mask)
     passed = dict(generation_config=generation_config, logits_processor=logits_processor,
                   stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
                   synced_gpus=synced_gpus, streamer=streamer)
     kwargs.update({k: v for k, v in passed.items() if v is not None})
-    return pmi_generate(model, {"conditional": cond, "unconditional": uncond}, alpha=alpha, p=p, paired=paired,
-                        share_prompt=share_prompt, normalize=normalize, conditional_end=conditional_end, **kwargs)
+    return pmi_generate(model, {"conditional": cond, "unconditional": uncond}, alpha=alpha, p=p,
+                        paired=options["paired"], share_prompt=options["share_prompt"],
+                        normalize=options["normalize"], conditional_end=options["conditional_end"], **kwargs)
+
+
+_declare_options(generate, GENERATE_OPTIONS)
 
 
 def _appended_after_user_processors(config) -> list[type]:
@@ -172,22 +204,23 @@ def _with_pmi(processors, config, pmi):
 
 
 def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
-                      streamer=None, *, alpha=None, p=None, unconditional_inputs=None, normalize=False,
-                      conditional_end=False, plausibility=None, **model_kwargs):
+                      streamer=None, **model_kwargs):
     """A decoding loop for ``model.generate(**cond, custom_generate=pmi_decoding_loop, alpha=..., p=...,
     unconditional_inputs=uncond)``: greedy search, sampling, beam search and beam sampling with
     PMI-Decode, equal to :func:`~pmi_decode.pmi_generate` token for token. Other modes
     (assisted decoding) are refused. ``unconditional_inputs``: one document-free row per prompt
-    given to ``generate`` (before beam expansion)."""
-    alpha = defaults.ALPHA if alpha is None else alpha
-    p = defaults.P if p is None else p
-    plausibility = defaults.PLAUSIBILITY if plausibility is None else plausibility
+    given to ``generate`` (before beam expansion). PMI-Decode's keywords: :data:`LOOP_OPTIONS`."""
+    options = _pop_options(model_kwargs, LOOP_OPTIONS)
+    alpha = defaults.ALPHA if options["alpha"] is None else options["alpha"]
+    p = defaults.P if options["p"] is None else options["p"]
+    plausibility = defaults.PLAUSIBILITY if options["plausibility"] is None else options["plausibility"]
+    normalize, conditional_end = options["normalize"], options["conditional_end"]
     mode = generation_config.get_generation_mode()
     if mode not in LOOP_MODES:
         raise ValueError(f"pmi_decoding_loop runs greedy search, sampling, beam search and beam sampling, not "
                          f"{mode.value}; use custom_generate=<the hub folder> or pmi_generate")
     alpha, p = resolve_alpha(alpha, p)
-    uncond = _unconditional(unconditional_inputs, None, None)
+    uncond = _unconditional(options["unconditional_inputs"], None, None)
     expand = max(int(generation_config.num_beams or 1), int(generation_config.num_return_sequences or 1))
     if input_ids.shape[0] != uncond["input_ids"].shape[0] * expand:
         raise ValueError(
@@ -215,3 +248,6 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
     return method(model, input_ids, logits_processor=_with_pmi(logits_processor, generation_config, pmi),
                   stopping_criteria=stopping_criteria, generation_config=generation_config, synced_gpus=synced_gpus,
                   **extra, **model_kwargs)
+
+
+_declare_options(pmi_decoding_loop, LOOP_OPTIONS)
