@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from pmi_decode import processor
-from pmi_decode.processor import nucleus_mask
+from pmi_decode import scores
+from pmi_decode.scores import nucleus_mask
 
 
 def previous_nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
@@ -43,12 +43,12 @@ def previous_nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def one_stage_nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
-    stages = processor._NUCLEUS_STAGES
-    processor._NUCLEUS_STAGES = stages[:1]
+    stages = scores._NUCLEUS_STAGES
+    scores._NUCLEUS_STAGES = stages[:1]
     try:
         return nucleus_mask(log_probs, p)
     finally:
-        processor._NUCLEUS_STAGES = stages
+        scores._NUCLEUS_STAGES = stages
 
 
 def batch(rows: int, vocab: int, flat_rows: int, medium_rows: int = 0, seed: int = 0) -> torch.Tensor:

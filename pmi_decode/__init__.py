@@ -6,7 +6,8 @@ from .batch.decode import decode_records, read_dialogues, read_dialogues_jsonl
 from .decode_config import DecodeConfig
 from .generation import pmi_generate
 from .models import load_model_and_tokenizer, resolve_model
-from .processor import PMIDecode, conditional_end_scores, nucleus_mask, pmi_scores
+from .processor import PMIDecode
+from .scores import conditional_end_scores, nucleus_mask, pmi_scores
 
 __version__ = "0.1.0"
 

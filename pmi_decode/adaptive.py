@@ -40,6 +40,8 @@ from numbers import Real
 
 import torch
 
+from .validation import validate_alpha_p
+
 __all__ = ["AdaptiveAlpha", "jensen_shannon_bits", "bhattacharyya", "top_margin", "resolve_alpha", "alpha_setting", "parse_alpha", "alpha_label",
            "alpha_order", "alpha_size"]
 
@@ -151,10 +153,8 @@ def parse_alpha(value) -> float | AdaptiveAlpha:
 
 
 def resolve_alpha(alpha, p) -> tuple[float | AdaptiveAlpha, float]:
-    """Like :func:`~pmi_decode.processor.validate_alpha_p`, but also accepts the adaptive rule
+    """Like :func:`~pmi_decode.validation.validate_alpha_p`, but also accepts the adaptive rule
     (an :class:`AdaptiveAlpha` or its string form)."""
-    from .processor import validate_alpha_p
-
     alpha = parse_alpha(alpha)
     if isinstance(alpha, AdaptiveAlpha):
         _, p = validate_alpha_p(0.0, p)

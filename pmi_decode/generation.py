@@ -28,7 +28,8 @@ from transformers.cache_utils import DynamicLayer
 
 from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
-from .processor import PMIDecode, _model_device, cache_keyword, prefill
+from .model_calls import cache_keyword, model_device, prefill
+from .processor import PMIDecode
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ def prompt_cache(model, inputs: dict, expand: int):
     ``generate`` copies every prompt ``num_beams`` (or ``num_return_sequences``) times before it
     runs the prompt through the model, so beam search pays for the prompt once per beam. Given
     this cache (``generate(..., cache=cache)``; ``past_key_values=`` before transformers 5.24, see
-    :func:`~pmi_decode.processor.cache_keyword`), it runs only each copy's last prompt
+    :func:`~pmi_decode.model_calls.cache_keyword`), it runs only each copy's last prompt
     token. Encoder-decoder models already run their encoder once per prompt."""
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     if expand <= 1 or model.config.is_encoder_decoder or ids.shape[1] < 2:
@@ -301,7 +302,7 @@ class _Plan:
 
     def _refuse(self, model, cond: dict, uncond: dict) -> None:
         """What neither path can run exactly: the message names the option and the fix."""
-        device = _model_device(model)
+        device = model_device(model)
         for name, part in (("conditional", cond), ("unconditional", uncond)):
             if part["input_ids"].device != device or part["attention_mask"].device != device:
                 raise ValueError(f"inputs['{name}'] are on {part['input_ids'].device}, but the model is on {device}: "
@@ -342,7 +343,7 @@ class _Plan:
         runs after PMIDecode (renormalisation; sampling never gets here) stay with generate."""
         config = copy.deepcopy(self.config)
         config.renormalize_logits = False
-        device = _model_device(model)
+        device = model_device(model)
         ids = cond["input_ids"].to(device)
         special = {"device": device}
         if "batch_size" in inspect.signature(model._prepare_special_tokens).parameters:

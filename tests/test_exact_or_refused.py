@@ -12,7 +12,7 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessor, NoRepe
 
 from pmi_decode import PMIDecode, build_inputs, pmi_generate
 from pmi_decode.generation import paired_path_blocker
-from pmi_decode.processor import cache_keyword
+from pmi_decode.model_calls import cache_keyword
 
 NEW = dict(max_new_tokens=6)
 

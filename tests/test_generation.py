@@ -6,7 +6,7 @@ from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, pmi_generate
 from pmi_decode.generation import paired_path_blocker, prompt_cache
-from pmi_decode.processor import cache_keyword
+from pmi_decode.model_calls import cache_keyword
 
 NEW = dict(max_new_tokens=8, min_new_tokens=4)
 

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM, MistralConfig
 
 from pmi_decode import build_inputs, pmi_generate
 from pmi_decode.generation import paired_prompt_cache, prompt_cache
-from pmi_decode.processor import stack_inputs
+from pmi_decode.paired import stack_inputs
 
 MODES = {
     "greedy": dict(),

@@ -11,7 +11,7 @@ from test_processor import MODES, generate, reference, setup
 from pmi_decode import PMIDecode, pmi_generate, pmi_scores
 from pmi_decode.cli import build_parser
 from pmi_decode.batch.decode import decode_settings
-from pmi_decode.processor import plausible_mask
+from pmi_decode.scores import plausible_mask
 
 BETA = 0.3
 

@@ -10,7 +10,7 @@ from reference import ReferencePMIDecode, unpadded
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, nucleus_mask, pmi_scores
-from pmi_decode.processor import cache_keyword
+from pmi_decode.model_calls import cache_keyword
 
 MODES = {
     "greedy": dict(),
@@ -432,7 +432,7 @@ def test_sequences_that_do_not_continue_the_step_raise():
 
 
 def test_continuing_an_output_with_a_prefix_cache_starts_a_new_generation():
-    from pmi_decode.processor import prefill
+    from pmi_decode.model_calls import prefill
 
     model, inputs = setup("llama")
     twin = copy.deepcopy(model)  # builds the prefix cache, as an external cache store would, out of sight

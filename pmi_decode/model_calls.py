@@ -1,0 +1,88 @@
+"""Calling a model by hand: its device and keywords, its KV cache across transformers versions, prefill, padding.
+
+The document-free branch, the paired batch, the prompt caches of :func:`pmi_decode.pmi_generate`
+and the PMI-Faith metric all call a Hugging Face model by hand; the version differences and the
+padding rules live here once.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+__all__ = ["model_device", "accepts_keyword", "cache_keyword", "returned_cache", "prefill", "padding_id",
+           "left_padded"]
+
+
+def model_device(model) -> torch.device:
+    """The device of ``model`` (its first parameter's where it has no ``device`` attribute)."""
+    try:
+        return model.device
+    except AttributeError:
+        return next(model.parameters()).device
+
+
+def accepts_keyword(model, name: str) -> bool:
+    """Whether ``model``'s forward declares the keyword ``name``."""
+    return name in inspect.signature(model.forward).parameters
+
+
+def cache_keyword(model) -> str:
+    """The keyword that hands a KV cache to ``model``'s forward and ``generate``: ``cache`` from
+    transformers 5.24 on (``past_key_values`` is deprecated there), ``past_key_values`` before."""
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    try:
+        names = inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in names else "past_key_values"
+
+
+def returned_cache(output):
+    """The KV cache a forward returned (``output.cache`` from transformers 5.24 on, where reading
+    ``past_key_values`` is deprecated; ``output.past_key_values`` before)."""
+    return output["cache"] if "cache" in output.keys() else getattr(output, "past_key_values", None)
+
+
+def prefill(model, input_ids: torch.LongTensor, attention_mask: torch.LongTensor, repeats: int = 1):
+    """Run a decoder-only model over left-padded prompts once; return the KV cache with every row
+    repeated ``repeats`` times (for beams) and each prompt's last-position logits (not repeated).
+
+    Prefilling once per prompt instead of once per beam saves ``repeats - 1`` prompt forwards;
+    only the last position is projected onto the vocabulary (``logits_to_keep=1``)."""
+    kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "use_cache": True, "return_dict": True}
+    if accepts_keyword(model, "logits_to_keep"):
+        kwargs["logits_to_keep"] = 1
+    if accepts_keyword(model, "position_ids"):
+        kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    out = model(**kwargs)
+    cache = returned_cache(out)
+    if repeats > 1:
+        cache.batch_repeat_interleave(repeats)
+    return cache, out.logits[:, -1]
+
+
+def padding_id(model) -> int:
+    """The token id that pads prompts for ``model``: its generation config's pad token, else its
+    (first) end token, else 0."""
+    config = getattr(model, "generation_config", None)
+    for name in ("pad_token_id", "eos_token_id"):
+        value = getattr(config, name, None)
+        if isinstance(value, (list, tuple)):
+            value = value[0] if value else None
+        if value is not None:
+            return int(value)
+    return 0
+
+
+def left_padded(ids: torch.LongTensor, mask: torch.Tensor, pad_id: int) -> tuple[torch.LongTensor, torch.Tensor]:
+    """The same rows with every kept token moved to the right end (decoder-only models read the
+    next-token logits at the last position, so right padding would put a pad token there)."""
+    keep = mask.bool()
+    lengths = keep.sum(-1)
+    positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    target = positions >= (ids.shape[1] - lengths).unsqueeze(-1)
+    new_ids = torch.full_like(ids, pad_id)
+    new_ids[target] = ids[keep]
+    return new_ids, target.to(mask.dtype)

@@ -1,0 +1,179 @@
+"""The paired batch: conditional and document-free rows as one ``generate`` batch, checked to be that batch.
+
+:class:`~pmi_decode.PMIDecode` without ``model=`` scores a batch whose first half holds the
+conditional rows and whose second half the unconditional rows (:func:`stack_inputs`); it gives
+both halves the same scores, so they decode the same tokens in greedy and beam search, and one
+forward per step serves both. :class:`StackedBatch` remembers the batch it built and refuses a
+step of any other; :func:`conditional_half` takes the answers back from ``generate``'s output.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from .forward_watch import ForwardLog
+from .model_calls import left_padded, padding_id
+
+__all__ = ["stack_inputs", "conditional_half", "StackedBatch", "STACK_FIX"]
+
+#: How to build a batch the paired processor accepts (ends each refusal of a batch it did not build).
+STACK_FIX = (
+    "build the batch with the processor: out = model.generate(**pmi.stack(inputs, model), "
+    "logits_processor=[pmi]); pmi.conditional(out)  (or use PMIDecode(alpha, p, model=model, "
+    "unconditional_inputs=inputs['unconditional']) with the conditional inputs)"
+)
+
+
+def stack_inputs(model, inputs, pad_token_id: int | None = None) -> dict:
+    """One batch for paired mode: the conditional rows, then the unconditional rows, each part
+    keeping its own padding, widened on the padding side (left for decoder-only models) to the
+    wider of the two. ``inputs`` is what :func:`~pmi_decode.build_inputs` returns."""
+    if not hasattr(inputs, "keys") or "conditional" not in inputs or "unconditional" not in inputs:
+        raise ValueError(
+            "inputs must be what build_inputs returns, or a dict with 'conditional' and 'unconditional' entries"
+        )
+    parts = []
+    for name in ("conditional", "unconditional"):
+        part = inputs[name]
+        if not hasattr(part, "keys") or "input_ids" not in part or "attention_mask" not in part:
+            raise ValueError(f"inputs['{name}'] must hold 'input_ids' and 'attention_mask'")
+        ids, mask = part["input_ids"], part["attention_mask"]
+        if not torch.is_tensor(ids) or not torch.is_tensor(mask) or ids.dim() != 2 or ids.shape != mask.shape:
+            raise ValueError(f"inputs['{name}']['input_ids'] and ['attention_mask'] must be 2-D tensors of one shape")
+        parts.append({"input_ids": ids, "attention_mask": mask})
+    cond, uncond = parts
+    if cond["input_ids"].shape[0] != uncond["input_ids"].shape[0]:
+        raise ValueError(
+            f"inputs['conditional'] has {cond['input_ids'].shape[0]} rows but inputs['unconditional'] has "
+            f"{uncond['input_ids'].shape[0]}: they must describe the same dialogues"
+        )
+    pad_id = padding_id(model) if pad_token_id is None else int(pad_token_id)
+    left = not model.config.is_encoder_decoder
+    width = max(cond["input_ids"].shape[1], uncond["input_ids"].shape[1])
+
+    def widen(part: dict) -> dict:
+        if left and not bool(part["attention_mask"][:, -1].all()):
+            ids, mask = left_padded(part["input_ids"], part["attention_mask"], pad_id)
+            part = {"input_ids": ids, "attention_mask": mask}
+        extra = width - part["input_ids"].shape[1]
+        if extra == 0:
+            return part
+        pad = (extra, 0) if left else (0, extra)
+        return {
+            "input_ids": torch.nn.functional.pad(part["input_ids"], pad, value=pad_id),
+            "attention_mask": torch.nn.functional.pad(part["attention_mask"], pad, value=0),
+        }
+
+    c, u = widen(cond), widen(uncond)
+    return {key: torch.cat([c[key], u[key]], dim=0) for key in ("input_ids", "attention_mask")}
+
+
+def conditional_half(output):
+    """The conditional rows of what ``generate`` returned for a stacked batch (a tensor, or a
+    ``ModelOutput`` whose per-row fields are halved; its ``past_key_values`` is dropped, as the
+    cache holds both halves)."""
+
+    def half(value):
+        if torch.is_tensor(value) and value.dim() > 0:
+            return value[: value.shape[0] // 2]
+        if isinstance(value, tuple) and value and torch.is_tensor(value[0]):
+            return tuple(v[: v.shape[0] // 2] for v in value)
+        return value
+
+    rows = output.shape[0] if torch.is_tensor(output) else getattr(output, "sequences", None)
+    rows = rows.shape[0] if torch.is_tensor(rows) else rows
+    if rows is None or rows % 2:
+        raise ValueError(
+            "conditional() takes what generate returned for a stacked batch (an even number of rows: the "
+            "conditional half, then the unconditional half)"
+        )
+    if torch.is_tensor(output):
+        return half(output)
+    fields = {key: half(val) for key, val in output.items()}
+    fields.pop("past_key_values", None)
+    fields.pop("cache", None)  # its name from transformers 5.24 on
+    return type(output)(**fields)
+
+
+class StackedBatch:
+    """The batch :meth:`PMIDecode.stack <pmi_decode.PMIDecode.stack>` built for ``model``: what
+    each paired step checks ``generate``'s sequences against before scoring them."""
+
+    def __init__(self, input_ids: torch.LongTensor, model):
+        self.input_ids = input_ids.clone()
+        self.enc_dec = bool(model.config.is_encoder_decoder)
+        self.model = weakref.ref(model)
+        self._expanded: dict = {}  # the prompts repeated for the last number of copies per row seen
+
+    @property
+    def width(self) -> int:
+        """Width of the stacked prompt: generated tokens start there in a decoder-only output."""
+        return self.input_ids.shape[1]
+
+    def shared_start(self, input_ids: torch.LongTensor, log: ForwardLog) -> int:
+        """Check that generate runs this batch; return where the halves' shared decoded tokens
+        start. ``log``: the processor's record of the model's forwards (encoder-decoder models
+        are checked on the encoder inputs of the generate call a step opens)."""
+        stacked = self.input_ids
+        rows = input_ids.shape[0]
+        if rows % stacked.shape[0]:
+            raise ValueError(
+                f"PMIDecode(alpha, p): generate runs {rows} rows, not a multiple of the {stacked.shape[0]} rows "
+                f"stack() built: {STACK_FIX}"
+            )
+        copies = rows // stacked.shape[0]
+        if self.enc_dec:
+            # decoder sequences restart at each generate call, so the encoder batch that call ran is what
+            # must be checked; a call is recognised by its fresh KV cache, as in separate mode (a decoder
+            # length alone would take a new call with a decoder prefix for the next step of the last one)
+            runs = log.take_encoder_runs()
+            if not log.starts_generation(input_ids):
+                return 0
+            if not runs:
+                raise ValueError(
+                    "PMIDecode(alpha, p): generate ran no encoder on its prompts (encoder_outputs= given?), so the "
+                    f"stacked batch cannot be checked: pass the stacked input_ids instead. {STACK_FIX}"
+                )
+            if not any(ids.shape == stacked.shape and torch.equal(ids.to(stacked.device), stacked) for ids in runs):
+                raise ValueError(
+                    f"PMIDecode(alpha, p): generate's encoder inputs are not the stacked batch: {STACK_FIX}"
+                )
+            return 0
+        if copies not in self._expanded:
+            self._expanded = {copies: stacked.to(input_ids.device).repeat_interleave(copies, dim=0)}
+        width = stacked.shape[1]
+        if input_ids.shape[1] < width or not torch.equal(input_ids[:, :width], self._expanded[copies]):
+            raise ValueError(f"PMIDecode(alpha, p): generate's prompts are not the stacked batch: {STACK_FIX}")
+        return width
+
+    def step(self, input_ids: torch.LongTensor, scores: torch.Tensor, log: ForwardLog, conditional_processors,
+             score) -> torch.Tensor:
+        """One paired step: check the batch and that both halves decoded the same tokens, apply
+        ``conditional_processors`` to the conditional half, and give both halves
+        ``score(conditional scores, unconditional log-probs)``, where the second argument is a
+        callable that ``score`` calls only if it needs the document-free distribution."""
+        start = self.shared_start(input_ids, log)
+        if getattr(self.model(), "training", False):
+            raise ValueError("model is in training mode: call model.eval() so both halves see the same model")
+        half = scores.shape[0] // 2
+        if not torch.equal(input_ids[:half, start:], input_ids[half:, start:]):
+            raise ValueError(
+                "paired PMIDecode: the conditional and unconditional halves decoded different tokens. Paired "
+                "mode works with greedy search and beam search only; for sampling use "
+                "PMIDecode(alpha, p, model=..., unconditional_inputs=...) or pmi_generate"
+            )
+        cond = scores[:half]
+        if len(conditional_processors):
+            cond = conditional_processors(input_ids[:half], cond)
+        out = score(cond, lambda: _half_log_probs(scores[half:]))
+        return torch.cat([out, out], dim=0)
+
+
+def _half_log_probs(scores: torch.Tensor) -> torch.Tensor:
+    """The unconditional half's log-probabilities; refuses NaN."""
+    lp_u = torch.log_softmax(scores, dim=-1)
+    if bool(torch.isnan(lp_u).any()):
+        raise ValueError("paired PMIDecode: the unconditional half's scores hold NaN")
+    return lp_u

@@ -1,0 +1,164 @@
+"""The PMI-Decode step score: the conditional nucleus, the plausibility head, the PMI mix and the conditional end.
+
+score(v) = (1 - alpha) * lp_c(v) + alpha * (lp_c(v) - lp_u(v))  for v in the top-p nucleus of
+P(. | d, h, r<t), and -inf elsewhere, where lp_c is the log-probability with the document and
+lp_u the log-probability without it (Nandwani et al., 2023, "Pointwise Mutual Information Based
+Metric and Decoding Strategy for Faithful Generation in Document Grounded Dialogs").
+
+Pure tensor functions of one step's two distributions: where ``lp_u`` comes from (a branch with
+its own cache, or the second half of a paired batch) is :mod:`pmi_decode.processor`'s business.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .adaptive import AdaptiveAlpha
+
+__all__ = ["nucleus_mask", "plausible_mask", "pmi_scores", "conditional_end_scores"]
+
+# Top-k sizes tried before a full sort (benchmarks/nucleus_sizes.py: the embedded SmolLM2's
+# nucleus at p 0.9 exceeds 64 tokens in a third of its steps, 190 at the 90th percentile).
+_NUCLEUS_STAGES = (64, 1024)
+
+
+def nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
+    """True for the tokens of the top-p nucleus of each row: the smallest set of most probable
+    tokens whose probability mass reaches ``p`` (at least one token). ``p >= 1`` keeps every
+    token of non-zero probability (a cumulative sum never reliably reaches exactly 1)."""
+    finite = torch.isfinite(log_probs)
+    if p >= 1.0:
+        return finite
+    probs = log_probs.exp()
+    # A full sort of a 50k vocabulary dominates the processor's own cost, and a trained model's
+    # nucleus almost always lies within its top few dozen tokens: try the top k first, then a
+    # larger k for the rows whose top k holds less than p of the mass, and sort only the rows
+    # still short (same set either way: a top k in descending order is a full sort's prefix).
+    # A flat row (random weights) goes to the sort after the first try.
+    flat = probs.reshape(-1, probs.shape[-1])
+    vocab = flat.shape[-1]
+    keep = torch.zeros_like(flat, dtype=torch.bool)
+    pending = torch.arange(flat.shape[0], device=flat.device)
+    to_sort = []
+    tries = [k for k in _NUCLEUS_STAGES if k < vocab]
+    for k, next_k in zip(tries, tries[1:] + [vocab]):
+        # the first try reads every row in place (no gather copy of the whole batch)
+        part = flat if len(pending) == flat.shape[0] else flat[pending]
+        top_probs, top_order = part.topk(k, dim=-1, sorted=True)
+        mass = top_probs.cumsum(dim=-1)[:, -1]
+        reached = mass >= p
+        done = pending[reached]
+        keep[done] = keep[done].scatter_(-1, top_order[reached], _keep_sorted(top_probs[reached], p))
+        # The next try adds at most (next k - k) tokens, none more probable than this top k's
+        # last: rows it cannot settle go to the sort at once (a wrong guess costs time, not exactness).
+        hopeless = ~reached & (mass + (next_k - k) * top_probs[:, -1] < p)
+        to_sort.append(pending[hopeless])
+        pending = pending[~reached & ~hopeless]
+        if not pending.numel():
+            break
+    rows = torch.cat(to_sort + [pending])
+    if not rows.numel():
+        return keep.reshape(probs.shape) & finite
+    sorted_probs, order = flat[rows].sort(dim=-1, descending=True)
+    keep[rows] = torch.zeros_like(keep[rows]).scatter_(-1, order, _keep_sorted(sorted_probs, p))
+    return keep.reshape(probs.shape) & finite
+
+
+def _keep_sorted(sorted_probs: torch.Tensor, p: float) -> torch.Tensor:
+    """Which of the descending-sorted tokens belong to the nucleus: those before the mass reaches p."""
+    cumulative = sorted_probs.cumsum(dim=-1)
+    mass_before = torch.cat([torch.zeros_like(cumulative[..., :1]), cumulative[..., :-1]], dim=-1)
+    keep = mass_before < p
+    keep[..., 0] = True
+    return keep
+
+
+def plausible_mask(lp_c: torch.Tensor, plausibility: float) -> torch.Tensor:
+    """True for tokens at least ``plausibility`` times as probable as the row's most probable
+    token under the conditional distribution (the adaptive plausibility constraint of
+    contrastive decoding, Li et al., 2023); every token when ``plausibility`` is 0."""
+    if plausibility <= 0.0:
+        return torch.isfinite(lp_c)
+    return lp_c >= lp_c.max(dim=-1, keepdim=True).values + math.log(plausibility)
+
+
+def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float, normalize: bool = False,
+               end_ids: torch.Tensor | None = None, plausibility: float = 0.0) -> torch.Tensor:
+    """The PMI-Decode score from the conditional scores (any logits or log-probs) and the
+    unconditional log-probs; -inf outside the nucleus. ``alpha`` is a float or an
+    :class:`~pmi_decode.adaptive.AdaptiveAlpha` (one weight per row, from both distributions).
+
+    Never NaN, and nothing wins by accident: a token the conditional distribution rules out
+    stays -inf whatever lp_u is; a token whose lp_u is -inf or NaN (banned in the unconditional
+    row by a per-row processor, or a broken branch) would get an infinite or undefined PMI, so
+    it is dropped from the candidates; a row whose whole nucleus is dropped that way keeps the
+    conditional log-probs of its nucleus.
+
+    ``normalize``: return the log-softmax of those scores over the nucleus, the log-probabilities
+    of the distribution PMI-Decode samples from. Greedy search and sampling pick the same tokens
+    either way (a per-row constant); beam search differs: raw PMI scores can be positive, so a
+    longer hypothesis can keep gaining and beams rarely end, while normalised step scores are
+    never positive, as plain decoding's are.
+
+    ``end_ids`` (the end-of-response token ids): the conditional model alone decides when the
+    response ends (see :func:`conditional_end_scores`, which ``normalize`` is passed to).
+
+    ``plausibility`` (in [0, 1)): where the PMI term is on, the candidates are further limited to
+    tokens at least that share as probable as the conditional top token (:func:`plausible_mask`):
+    PMI may re-rank what the model that reads the document finds plausible, but cannot promote a
+    token it finds unlikely only because the document-free model finds it even less likely (a
+    number or name from another sentence of the document). With alpha 0 it has no effect."""
+    lp_c = torch.log_softmax(scores, dim=-1)
+    keep = nucleus_mask(lp_c, p)
+    pmi_on = lp_u is not None and (torch.is_tensor(alpha) or isinstance(alpha, AdaptiveAlpha) or alpha != 0.0)
+    if plausibility > 0.0 and pmi_on:
+        keep = keep & plausible_mask(lp_c, plausibility)
+    if isinstance(alpha, AdaptiveAlpha) and lp_u is not None:
+        alpha = alpha.weights(lp_c, lp_u)
+    if lp_u is None or (not torch.is_tensor(alpha) and alpha == 0.0):
+        combined = lp_c
+    else:
+        lp_u = lp_u.to(lp_c.dtype)
+        known = torch.isfinite(lp_u)
+        usable = keep & known
+        some = usable.any(dim=-1, keepdim=True)
+        keep = torch.where(some, usable, keep)
+        lp_u = torch.where(known, lp_u, torch.zeros_like(lp_u))
+        combined = torch.where(some, (1.0 - alpha) * lp_c + alpha * (lp_c - lp_u), lp_c)
+    out = torch.where(keep, combined, torch.full_like(combined, -math.inf))
+    if end_ids is not None:
+        return conditional_end_scores(lp_c, out, end_ids, normalize)
+    return torch.log_softmax(out, dim=-1) if normalize else out
+
+
+def conditional_end_scores(lp_c: torch.Tensor, pmi: torch.Tensor, end_ids: torch.Tensor,
+                           normalize: bool = False) -> torch.Tensor:
+    """Step scores in which ending the response is the conditional model's decision and PMI
+    only chooses among the other tokens.
+
+    The PMI term rewards the document's words and gives the end token almost nothing (the
+    document-free model also expects the answer to end there), so PMI scores make beams run to
+    the length limit and cut sentences off. Here, over the candidates (the finite entries of
+    ``pmi``), a distribution q: an end token gets its conditional probability renormalised over
+    the candidates, and every other candidate shares the rest of the mass in proportion to
+    exp(PMI score). ``normalize``: return log q. Otherwise return log q + L, L the log-sum-exp
+    of the row's PMI scores: each row keeps the total its PMI scores carry (how strongly the
+    document pulls at this step), which beam search credits to every continuation of the row,
+    ending included; a row with no end token among its candidates gets its PMI scores back
+    (up to rounding). With alpha = 0 either form is plain (nucleus) decoding."""
+    keep = torch.isfinite(pmi)
+    if end_ids.numel() and int(end_ids.max()) >= pmi.shape[-1]:
+        raise ValueError(f"end token id {int(end_ids.max())} is outside the vocabulary of {pmi.shape[-1]} tokens")
+    is_end = torch.zeros_like(keep)
+    is_end[..., end_ids.to(pmi.device)] = True
+    end, rest = keep & is_end, keep & ~is_end
+    minus_inf = torch.full_like(pmi, -math.inf)
+    lp_end = lp_c - torch.logsumexp(torch.where(keep, lp_c, minus_inf), dim=-1, keepdim=True)
+    p_end = torch.where(end, lp_end.exp(), torch.zeros_like(lp_end)).sum(dim=-1, keepdim=True).clamp(max=1.0)
+    # rows whose candidates are all end tokens give NaN here, but none of it is selected below
+    lp_rest = torch.log_softmax(torch.where(rest, pmi, minus_inf), dim=-1)
+    out = torch.where(end, lp_end, torch.where(rest, torch.log1p(-p_end) + lp_rest, minus_inf))
+    return out if normalize else out + torch.logsumexp(pmi, dim=-1, keepdim=True)
+

@@ -1,0 +1,34 @@
+"""Range checks of the PMI-Decode numbers a user gives (alpha, p, plausibility), with messages that name them.
+
+A leaf module: it imports nothing from the package, so the modules that check these numbers
+(:mod:`pmi_decode.adaptive`, :mod:`pmi_decode.processor`, the command line, sweeps) import it
+without importing each other.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+__all__ = ["validate_alpha_p", "validate_plausibility"]
+
+
+def _is_number(value) -> bool:
+    """A real number that is not a bool and not NaN."""
+    return not isinstance(value, bool) and isinstance(value, Real) and not math.isnan(value)
+
+
+def validate_alpha_p(alpha, p) -> tuple[float, float]:
+    """Check alpha in [0, 1] and p in (0, 1]; the messages name the argument and its range."""
+    if not _is_number(alpha) or not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
+    if not _is_number(p) or not 0.0 < p <= 1.0:
+        raise ValueError(f"p must be a number in (0, 1], got {p!r}")
+    return float(alpha), float(p)
+
+
+def validate_plausibility(value) -> float:
+    """Check the plausibility head's share in [0, 1); the message names the argument."""
+    if not _is_number(value) or not 0.0 <= value < 1.0:
+        raise ValueError(f"plausibility must be a number in [0, 1) (0 = off), got {value!r}")
+    return float(value)

@@ -1,0 +1,132 @@
+"""The processor's modules: no import circle through the decoding core, a leaf for the argument
+checks, and the names ``pmi_decode.processor`` exported before its split still importable from there."""
+
+import ast
+import importlib
+import pickle
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "pmi_decode"
+
+# The decoding core: the processor and the one-call entry points built on it.
+CORE = ("pmi_decode.processor", "pmi_decode.adaptive", "pmi_decode.generation", "pmi_decode.custom_generate")
+
+
+def import_graph(package_dir: Path) -> dict[str, set[str]]:
+    """The modules of the package each module imports, anywhere in it (inside functions too)."""
+    modules = {}
+    for path in package_dir.rglob("*.py"):
+        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = (path, parts if path.name == "__init__.py" else parts[:-1])
+    graph = {}
+    for name, (path, package) in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+                source = ".".join(part for part in (base, node.module) if part)
+                for alias in node.names:  # ``from . import defaults`` imports the module, not the package
+                    submodule = f"{source}.{alias.name}"
+                    targets.add(submodule if submodule in modules else source)
+            elif isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+        graph[name] = {target for target in targets if target in modules and target != name}
+    return graph
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(graph[name])
+    return seen
+
+
+def circles_from(graph: dict[str, set[str]], start: str) -> list[tuple[str, str]]:
+    """Pairs (module, module it imports) reachable from ``start`` that import each other,
+    directly or through other modules."""
+    return sorted((name, other) for name in reachable(graph, start) for other in graph[name]
+                  if name in reachable(graph, other))
+
+
+def test_the_circle_check_sees_imports_inside_functions(tmp_path):
+    """The circle the split removed went through an import inside a function
+    (adaptive.resolve_alpha importing the processor): the check must catch that shape."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "leaf.py").write_text("import math\n")
+    (package / "rules.py").write_text("from .leaf import math\n\ndef resolve():\n    from .proc import check\n")
+    (package / "proc.py").write_text("from . import rules\n")
+    graph = import_graph(package)
+    assert graph["pkg.rules"] == {"pkg.leaf", "pkg.proc"} and graph["pkg.proc"] == {"pkg.rules"}
+    assert circles_from(graph, "pkg.proc") == [("pkg.proc", "pkg.rules"), ("pkg.rules", "pkg.proc")]
+    (package / "rules.py").write_text("from .leaf import math\n")
+    assert circles_from(import_graph(package), "pkg.proc") == []
+
+
+@pytest.mark.parametrize("start", CORE)
+def test_no_import_circle_through_the_decoding_core(start):
+    assert circles_from(import_graph(PACKAGE), start) == []
+
+
+def test_validation_is_a_leaf():
+    assert import_graph(PACKAGE)["pmi_decode.validation"] == set()
+
+
+def test_adaptive_and_the_processor_share_the_checks_without_each_other():
+    graph = import_graph(PACKAGE)
+    assert "pmi_decode.processor" not in reachable(graph, "pmi_decode.adaptive")
+    assert "pmi_decode.validation" in graph["pmi_decode.adaptive"]
+    assert "pmi_decode.validation" in graph["pmi_decode.processor"]
+
+
+# Every name importable from pmi_decode.processor before it was split by role, and its home now.
+# The private ones are imported by other modules and benchmarks, or named by pickles.
+MOVED = {
+    "pmi_scores": "pmi_decode.scores",
+    "conditional_end_scores": "pmi_decode.scores",
+    "nucleus_mask": "pmi_decode.scores",
+    "plausible_mask": "pmi_decode.scores",
+    "_NUCLEUS_STAGES": "pmi_decode.scores",
+    "validate_alpha_p": "pmi_decode.validation",
+    "validate_plausibility": "pmi_decode.validation",
+    "prefill": "pmi_decode.model_calls",
+    "cache_keyword": "pmi_decode.model_calls",
+    "returned_cache": "pmi_decode.model_calls",
+    "stack_inputs": "pmi_decode.paired",
+    "conditional_half": "pmi_decode.paired",
+    "_IdleHook": "pmi_decode.forward_watch",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOVED))
+def test_old_names_still_import_from_the_processor(name):
+    processor = importlib.import_module("pmi_decode.processor")
+    assert getattr(processor, name) is getattr(importlib.import_module(MOVED[name]), name)
+
+
+def test_the_processor_module_exports_what_it_did():
+    processor = importlib.import_module("pmi_decode.processor")
+    public = {name for name in MOVED if not name.startswith("_")} | {"PMIDecode"}
+    assert set(processor.__all__) == public
+    from pmi_decode.model_calls import model_device
+
+    assert processor._model_device is model_device
+
+
+def test_a_model_pickled_before_the_split_still_loads():
+    """A model pickled while a processor watched it holds an idle hook, which the pickle names
+    by the module it lived in before the split (bytes written by that version)."""
+    old_pickle = b"\x80\x02cpmi_decode.processor\n_IdleHook\nq\x00)Rq\x01."
+    hook = pickle.loads(old_pickle)
+    assert hook(None, (), {}) is None
+    from pmi_decode.forward_watch import _IdleHook
+
+    assert type(hook) is _IdleHook
