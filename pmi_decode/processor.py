@@ -217,7 +217,7 @@ class PMIDecode(LogitsProcessor):
             conditional_processors=list(self.conditional_processors) or None, normalize=self.normalize,
             conditional_end=self.conditional_end,
             eos_token_id=None if self._end_ids is None else self._end_ids.tolist(),
-            nucleus_projection=self._requested_projection,
+            nucleus_projection=self._requested_projection, plausibility=self.plausibility,
         )
         return _rebuild, (arguments,)
 

@@ -95,3 +95,29 @@ def test_pmi_generate_default_uses_the_head():
     torch.manual_seed(0)
     fast = pmi_generate(model, inputs, alpha=0.5, p=0.9, max_new_tokens=8, min_new_tokens=4)
     assert torch.equal(fast, slow)
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_copies_keep_every_constructor_argument(how):
+    """A copy is rebuilt from the constructor's arguments; one left out resets silently (the
+    plausibility head was, and a copied processor scored with the paper's score)."""
+    import copy
+    import inspect
+    import pickle
+
+    from pmi_decode import PMIDecode
+
+    given = dict(alpha=0.3, p=0.8, normalize=True, conditional_end=True, eos_token_id=[2],
+                 nucleus_projection=False, plausibility=0.2)
+    proc = PMIDecode(**given)
+    twin = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": lambda o: pickle.loads(pickle.dumps(o))}[how](proc)
+    for name in given:
+        mine, theirs = getattr(proc, name, None), getattr(twin, name, None)
+        if name == "eos_token_id":
+            mine, theirs = proc._end_ids.tolist(), twin._end_ids.tolist()
+        elif name == "nucleus_projection":
+            mine, theirs = proc._requested_projection, twin._requested_projection
+        assert mine == theirs, name
+    # every constructor argument is carried (a new one must be added to __reduce__ too)
+    carried = set(proc.__reduce__()[1][0])
+    assert set(inspect.signature(PMIDecode.__init__).parameters) - {"self"} <= carried
