@@ -122,7 +122,7 @@ def prefill_only(args, model, tokenizer, records: list[dict]) -> dict:
     """The paired path's prompt prefill alone, the stacked batch as one (joint) against each half
     at its own width, interleaved; the two caches must agree at the real positions."""
     from pmi_decode.generation import paired_prompt_cache, prompt_cache
-    from pmi_decode.processor import stack_inputs
+    from pmi_decode.paired import stack_inputs
 
     batch = timed_batch(args, tokenizer, records)
     inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
@@ -186,7 +186,7 @@ def model_level(args, model, tokenizer, records: list[dict]) -> dict:
     PMI-Decode methods must decode the same tokens."""
     from pmi_decode import pmi_generate
     from pmi_decode.generation import prompt_cache
-    from pmi_decode.processor import cache_keyword
+    from pmi_decode.model_calls import cache_keyword
 
     batch = timed_batch(args, tokenizer, records)
     inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)
@@ -236,7 +236,7 @@ def profile_batch(args, model, tokenizer, records: list[dict], out_dir: Path) ->
     adds torch.profiler's operator table (memory-hungry at real lengths)."""
     from pmi_decode import pmi_generate
     from pmi_decode.generation import prompt_cache
-    from pmi_decode.processor import cache_keyword
+    from pmi_decode.model_calls import cache_keyword
 
     batch = records[: args.batch_size]
     inputs = build_inputs(tokenizer, [r["document"] for r in batch], [r["history"] for r in batch], model=model)

@@ -42,7 +42,7 @@ from transformers.generation.logits_process import UnbatchedClassifierFreeGuidan
 from pmi_decode import PMIDecode, pmi_generate
 from pmi_decode.experiments.benchmarking import MEAN_WORDS, random_dialogue_inputs, random_weight_model
 from pmi_decode.generation import prompt_cache
-from pmi_decode.processor import cache_keyword
+from pmi_decode.model_calls import cache_keyword
 
 MODES = {
     "greedy": dict(),

@@ -39,7 +39,7 @@ import pmi_decode.generation as generation
 from pmi_decode import build_inputs, pmi_generate
 from pmi_decode.experiments.benchmarking import real_dialogue_records, shared_data_dir
 from pmi_decode.generation import prompt_cache
-from pmi_decode.processor import cache_keyword, prefill
+from pmi_decode.model_calls import cache_keyword, prefill
 from pmi_decode.projection import ColumnProjection
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from pmi_decode import build_inputs
 from pmi_decode.experiments.benchmarking import (
     random_dialogue_inputs, random_weight_model, real_dialogue_records, shared_data_dir)
-from pmi_decode.processor import _NUCLEUS_STAGES
+from pmi_decode.scores import _NUCLEUS_STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -40,7 +40,7 @@ from typing import Callable, Mapping
 
 from . import defaults as _defaults
 from .adaptive import alpha_setting, parse_alpha, resolve_alpha
-from .processor import validate_alpha_p, validate_plausibility
+from .validation import validate_alpha_p, validate_plausibility
 
 __all__ = ["DecodeConfig", "OMIT", "option", "positive_int", "int_at_least", "unit_interval"]
 

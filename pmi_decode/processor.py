@@ -21,6 +21,8 @@ functions, the model-call helpers, the paired-batch helpers) are re-exported fro
 
 from __future__ import annotations
 
+import importlib
+import warnings
 import weakref
 
 import torch
@@ -30,18 +32,34 @@ from .adaptive import AdaptiveAlpha, resolve_alpha
 from .document_free import DocumentFreeBranch
 from .forward_watch import ForwardLog, hook_forward
 from .forward_watch import _IdleHook  # noqa: F401  (models pickled before the split name it here)
-from .model_calls import cache_keyword, left_padded, model_device, padding_id, prefill, returned_cache
-from .paired import STACK_FIX, StackedBatch, conditional_half, stack_inputs
-from .scores import _NUCLEUS_STAGES, conditional_end_scores, nucleus_mask, plausible_mask, pmi_scores  # noqa: F401
-from .validation import validate_alpha_p, validate_plausibility
+from .model_calls import cache_keyword as _cache_keyword, left_padded as _left_padded
+from .model_calls import model_device as _model_device, padding_id as _padding_id
+from .model_calls import prefill as _prefill, returned_cache as _returned_cache
+from .paired import STACK_FIX as _STACK_FIX, StackedBatch as _StackedBatch
+from .paired import conditional_half as _conditional_half, stack_inputs as _stack_inputs
+from .scores import conditional_end_scores as _conditional_end_scores, nucleus_mask as _nucleus_mask
+from .scores import plausible_mask as _plausible_mask, pmi_scores as _pmi_scores
+from .validation import validate_alpha_p as _validate_alpha_p, validate_plausibility as _validate_plausibility
 
-__all__ = [
-    "PMIDecode", "pmi_scores", "conditional_end_scores", "nucleus_mask", "plausible_mask", "validate_plausibility",
-    "validate_alpha_p", "prefill", "stack_inputs", "conditional_half", "cache_keyword", "returned_cache",
-]
+__all__ = ["PMIDecode"]
 
-# the private name other modules imported from here before the split (now pmi_decode.model_calls.model_device)
-_model_device = model_device
+#: Names this module held before it was split by role (docs/processor.md, "Where the code lives"),
+#: and their homes now: they still import from here, with a DeprecationWarning, for one release.
+MOVED = {
+    **dict.fromkeys(("pmi_scores", "conditional_end_scores", "nucleus_mask", "plausible_mask", "_NUCLEUS_STAGES"),
+                    "pmi_decode.scores"),
+    **dict.fromkeys(("validate_alpha_p", "validate_plausibility"), "pmi_decode.validation"),
+    **dict.fromkeys(("prefill", "cache_keyword", "returned_cache"), "pmi_decode.model_calls"),
+    **dict.fromkeys(("stack_inputs", "conditional_half"), "pmi_decode.paired"),
+}
+
+
+def __getattr__(name: str):
+    if name not in MOVED:
+        raise AttributeError(f"module 'pmi_decode.processor' has no attribute {name!r}")
+    warnings.warn(f"pmi_decode.processor.{name} moved to {MOVED[name]}.{name}; import it from there "
+                  "(the old name goes in the next release)", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(MOVED[name]), name)
 
 
 def _end_token_ids(value) -> torch.Tensor:
@@ -84,19 +102,19 @@ class PMIDecode(LogitsProcessor):
             conditional rows, so the unconditional half sees the raw distribution, exactly as in
             separate mode).
         normalize: return the scores log-softmax-normalised over the nucleus (see
-            :func:`pmi_scores`): same tokens in greedy search and sampling, and beam search over
+            :func:`_pmi_scores`): same tokens in greedy search and sampling, and beam search over
             the PMI-reweighted distribution, whose beams end as plain decoding's do.
         conditional_end: let the conditional model alone decide when the response ends: the
             end tokens keep their conditional probability (within the nucleus) and PMI shares
             the rest among the other candidates, each row keeping the total of its PMI scores
-            (see :func:`conditional_end_scores`; with ``normalize`` the scores are the
+            (see :func:`_conditional_end_scores`; with ``normalize`` the scores are the
             log-probabilities). Made for beam search, where the document's words outbid the end
             token and responses run to the length limit.
         eos_token_id: the end token id(s) for ``conditional_end``; by default the model's
             ``generation_config.eos_token_id`` (the model given here, or to :meth:`stack`).
             Pass the same ids you pass to ``generate``.
         plausibility: in [0, 1); where the PMI term is on, candidates must also be at least this
-            share as probable as the conditional top token (see :func:`pmi_scores`). ``0``
+            share as probable as the conditional top token (see :func:`_pmi_scores`). ``0``
             (default) is the paper's score; ``pmi_generate`` and ``pmi-decode generate`` default
             to :data:`pmi_decode.defaults.PLAUSIBILITY`.
         nucleus_projection: separate mode: run the document-free branch's output projection
@@ -168,7 +186,7 @@ class PMIDecode(LogitsProcessor):
         plausibility: float = 0.0,
     ):
         self.alpha, self.p = resolve_alpha(alpha, p)
-        self.plausibility = validate_plausibility(plausibility)
+        self.plausibility = _validate_plausibility(plausibility)
         if nucleus_projection is not None and not isinstance(nucleus_projection, bool):
             raise ValueError(f"nucleus_projection must be None, True or False, got {nucleus_projection!r}")
         for name, flag in (("normalize", normalize), ("conditional_end", conditional_end)):
@@ -200,7 +218,7 @@ class PMIDecode(LogitsProcessor):
         self._hooks: list = []
         self._branch: DocumentFreeBranch | None = None  # separate mode: the branch of the current generation
         self._forward_log = ForwardLog()  # what the model's forwards showed since the last step
-        self._stacked: StackedBatch | None = None  # paired mode: the batch stack() built
+        self._stacked: _StackedBatch | None = None  # paired mode: the batch stack() built
         if not self.paired:
             if getattr(model, "training", False):
                 raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
@@ -272,7 +290,7 @@ class PMIDecode(LogitsProcessor):
     def _nucleus_columns(self, scores: torch.Tensor) -> torch.LongTensor | None:
         """The vocabulary columns the branch must project this step: the union of the rows'
         nuclei, or None (project everything) where that is more than half of the vocabulary."""
-        keep = nucleus_mask(torch.log_softmax(scores, dim=-1), self.p).any(dim=0)
+        keep = _nucleus_mask(torch.log_softmax(scores, dim=-1), self.p).any(dim=0)
         columns = keep.nonzero().flatten()
         return columns if 2 * columns.numel() <= scores.shape[-1] else None
 
@@ -285,7 +303,7 @@ class PMIDecode(LogitsProcessor):
             raise ValueError(
                 "unconditional_inputs['input_ids'] and ['attention_mask'] must be 2-D tensors of the same shape"
             )
-        device = model_device(model)
+        device = _model_device(model)
         if ids.device != device or mask.device != device:
             raise ValueError(
                 f"unconditional_inputs are on {ids.device}, but the model is on {device}: move them with "
@@ -294,7 +312,7 @@ class PMIDecode(LogitsProcessor):
         if bool((mask.sum(-1) == 0).any()):
             raise ValueError("unconditional_inputs has a row with no tokens (attention_mask all zero)")
         if not model.config.is_encoder_decoder and not bool(mask[:, -1].all()):
-            ids, mask = left_padded(ids, mask, padding_id(model))
+            ids, mask = _left_padded(ids, mask, _padding_id(model))
         return {"input_ids": ids, "attention_mask": mask}
 
     def _unconditional_log_probs(self, input_ids: torch.LongTensor, dtype,
@@ -355,10 +373,10 @@ class PMIDecode(LogitsProcessor):
         this batch. ``inputs`` is what :func:`~pmi_decode.build_inputs` returns."""
         if not self.paired:
             raise ValueError("stack() is for PMIDecode(alpha, p) without model=; this instance runs its own branch")
-        batch = stack_inputs(model, inputs, pad_token_id)
+        batch = _stack_inputs(model, inputs, pad_token_id)
         if getattr(self, "_watched", lambda: None)() is not model:
             self._watch(model)
-        self._stacked = StackedBatch(batch["input_ids"], model)
+        self._stacked = _StackedBatch(batch["input_ids"], model)
         if self.conditional_end and self._end_ids is None:
             self._end_ids = _model_end_ids(model)
         self._forward_log.encoder_runs = []
@@ -375,7 +393,7 @@ class PMIDecode(LogitsProcessor):
     @staticmethod
     def conditional(output):
         """The conditional rows of what ``generate`` returned for a :meth:`stack` batch."""
-        return conditional_half(output)
+        return _conditional_half(output)
 
     # ---- every step ----------------------------------------------------------------------------
 
@@ -383,7 +401,7 @@ class PMIDecode(LogitsProcessor):
         if self.paired:
             if self._stacked is None:
                 raise ValueError(
-                    f"PMIDecode(alpha, p) without model= scores a stacked batch it built itself: {STACK_FIX}"
+                    f"PMIDecode(alpha, p) without model= scores a stacked batch it built itself: {_STACK_FIX}"
                 )
             return self._stacked.step(input_ids, scores, self._forward_log, self.conditional_processors, self._score)
         nucleus_of = scores if self.nucleus_projection else None
@@ -396,7 +414,7 @@ class PMIDecode(LogitsProcessor):
         if self.alpha == 0.0 and self.p >= 1.0 and not self.normalize:
             return scores
         lp_u = unconditional_log_probs() if self.alpha != 0.0 else None
-        return pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends(), self.plausibility)
+        return _pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends(), self.plausibility)
 
     def _ends(self) -> torch.Tensor | None:
         if not self.conditional_end:

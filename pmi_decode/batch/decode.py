@@ -355,7 +355,7 @@ def _plain_sequences(model, inputs, generate_kwargs):
     kwargs = dict(generate_kwargs)
     try:
         from ..generation import prompt_cache
-        from ..processor import cache_keyword
+        from ..model_calls import cache_keyword
     except ImportError:
         prompt_cache = None
     if prompt_cache is not None:

@@ -35,7 +35,7 @@ from ..inputs import (
     pad_token_id,
     use_chat_template_for,
 )
-from ..processor import cache_keyword, returned_cache
+from ..model_calls import cache_keyword, returned_cache
 from .metric_config import config_from_options
 
 logger = logging.getLogger(__name__)
