@@ -9,7 +9,6 @@ that use it, and the evaluation scripts import the installed package only.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 import sys
@@ -271,71 +270,5 @@ def test_a_new_option_reaches_the_records_generate_writes(with_new_option, tmp_p
     assert main(common + ["--no-shimmer"]) == 1  # other settings than the file's: refused
 
 
-# ---------------------------------------------------------------------------- layout
-def _package_imports() -> dict[str, set[str]]:
-    """Each pmi_decode module and the package modules it imports anywhere (inside functions too)."""
-    package = ROOT / "pmi_decode"
-    modules = {}
-    for path in package.rglob("*.py"):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        init = parts[-1] == "__init__"
-        modules[".".join(parts[:-1] if init else parts)] = (path, init)
-    graph = {}
-    for name, (path, init) in modules.items():
-        here = name.split(".") if init else name.split(".")[:-1]
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else [])) \
-                    if node.level else node.module
-                found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                             for alias in node.names)
-        graph[name] = {m for m in found if m in modules and m != name}
-    return graph
-
-
-def _in_a_circle(graph: dict[str, set[str]], start: str) -> bool:
-    seen, todo = set(), list(graph[start])
-    while todo:
-        name = todo.pop()
-        if name == start:
-            return True
-        if name not in seen:
-            seen.add(name)
-            todo.extend(graph[name])
-    return False
-
-
-def test_no_import_circle_through_decoding():
-    graph = _package_imports()
-    assert "pmi_decode.batch.decode" in graph["pmi_decode.batch.distributed"]  # the check sees in-function imports
-    for name in ("pmi_decode.decode_config", "pmi_decode.batch.decode", "pmi_decode.batch.distributed",
-                 "pmi_decode.batch.sharing", "pmi_decode.cli", "pmi_decode.demo", "pmi_decode.experiments.sweep",
-                 "pmi_decode.experiments.compare"):
-        assert not _in_a_circle(graph, name), f"{name} imports a module that imports it back"
-
-
-@pytest.mark.parametrize("script", ["compare_decoding.py", "decode.py", "consistest.py", "sweep.py"])
-def test_scripts_import_the_installed_package_only(script):
-    tree = ast.parse((ROOT / "eval" / script).read_text(encoding="utf-8"))
-    scripts = {path.stem for path in (ROOT / "eval").glob("*.py")} | {"training", "eval", "tests"}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            assert (node.value.id, node.attr) != ("sys", "path"), f"{script} edits sys.path"
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            assert node.__class__ is ast.Import or node.level == 0
-            assert not {n.split(".")[0] for n in names} & scripts, f"{script} imports {names}"
-
-
-def test_the_decoding_entry_points_take_at_most_twelve_parameters():
-    import inspect
-
-    from pmi_decode.batch.decode import decode_records
-    from pmi_decode.batch.distributed import decode_sharded
-    from pmi_decode.demo import run_demo
-
-    for function in (decode_records, decode_settings, run_demo, decode_sharded, option, compare.run_comparison):
-        assert len(inspect.signature(function).parameters) <= 12, function.__name__
+# The layout rules (no import circle, scripts import the package only, at most 12 parameters)
+# are checked for the whole package in tests/test_layout.py.

@@ -1,12 +1,12 @@
 """The processor's modules: no import circle through the decoding core, a leaf for the argument
 checks, and the names ``pmi_decode.processor`` exported before its split still importable from there."""
 
-import ast
 import importlib
 import pickle
 from pathlib import Path
 
 import pytest
+import test_layout as layout
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pmi_decode"
 
@@ -15,27 +15,7 @@ CORE = ("pmi_decode.processor", "pmi_decode.adaptive", "pmi_decode.generation", 
 
 
 def import_graph(package_dir: Path) -> dict[str, set[str]]:
-    """The modules of the package each module imports, anywhere in it (inside functions too)."""
-    modules = {}
-    for path in package_dir.rglob("*.py"):
-        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        modules[".".join(parts)] = (path, parts if path.name == "__init__.py" else parts[:-1])
-    graph = {}
-    for name, (path, package) in modules.items():
-        targets = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom):
-                base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
-                source = ".".join(part for part in (base, node.module) if part)
-                for alias in node.names:  # ``from . import defaults`` imports the module, not the package
-                    submodule = f"{source}.{alias.name}"
-                    targets.add(submodule if submodule in modules else source)
-            elif isinstance(node, ast.Import):
-                targets.update(alias.name for alias in node.names)
-        graph[name] = {target for target in targets if target in modules and target != name}
-    return graph
+    return layout.import_graph(package_dir)
 
 
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
