@@ -19,8 +19,8 @@ from .adaptive import AdaptiveAlpha
 
 __all__ = ["nucleus_mask", "plausible_mask", "pmi_scores", "conditional_end_scores"]
 
-# Top-k sizes tried before a full sort (benchmarks/nucleus_sizes.py: the embedded SmolLM2's
-# nucleus at p 0.9 exceeds 64 tokens in a third of its steps, 190 at the 90th percentile).
+# Top-k sizes tried before a full sort: sized to real models' nuclei (measured by
+# benchmarks/nucleus_sizes.py; the sizes and why: docs/processor.md and docs/scale_out.md).
 _NUCLEUS_STAGES = (64, 1024)
 
 
