@@ -3,26 +3,5 @@
 Kept so that the tests' ``from tiny_models import ...`` lines need no change.
 """
 
-from pmi_decode.testing import (
-    CHAT_TEMPLATE,
-    CORPUS,
-    DIALOGUES,
-    PEAKED,
-    TEST_DEVICE,
-    mixed_length_records,
-    saved_tiny_model,
-    tiny_model,
-    tiny_tokenizer,
-)
-
-__all__ = [
-    "CHAT_TEMPLATE",
-    "CORPUS",
-    "DIALOGUES",
-    "PEAKED",
-    "TEST_DEVICE",
-    "mixed_length_records",
-    "saved_tiny_model",
-    "tiny_model",
-    "tiny_tokenizer",
-]
+from pmi_decode.testing import *  # noqa: F401,F403
+from pmi_decode.testing import __all__  # noqa: F401

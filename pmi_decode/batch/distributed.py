@@ -211,13 +211,18 @@ def _merge(output: Path, ids: Sequence[str], settings: dict | None, tag: str | N
         for rec in extra:
             handle.write(json.dumps(rec, ensure_ascii=False) + "\n")
     os.replace(tmp, output)
+    _remove_shards(output, tag)
+    return len(ids)
+
+
+def _remove_shards(output: Path, tag: str | None) -> None:
+    """Delete the shard files once their records are in the output, then their folder if empty."""
     for path in shard_dir(output, tag).glob("part-*.jsonl"):
         path.unlink()
     try:
         shard_dir(output, tag).rmdir()
     except OSError:
         pass
-    return len(ids)
 
 
 def run_sharded(
@@ -382,10 +387,5 @@ def append_shards(
                 handle.write(line(records[key]) + "\n")
                 done.add(key)
                 appended += 1
-    for path in shard_dir(output, tag).glob("part-*.jsonl"):
-        path.unlink()
-    try:
-        shard_dir(output, tag).rmdir()
-    except OSError:
-        pass
+    _remove_shards(output, tag)
     return appended
