@@ -208,6 +208,11 @@ def _prefer_finished_setting(value, config):
     return True if value and int(config.num_beams) > 1 else OMIT  # one beam has nothing to prefer
 
 
+def _line_break_setting(value, config):
+    # written only when not off, so files decoded before the option existed still resume
+    return OMIT if value is False else ("auto" if value is None else True)
+
+
 def _format_setting(value, config):
     if value is None:
         return OMIT
@@ -220,10 +225,10 @@ def option(default, *, help: str = "", check=None, parse=None, flag: str | None 
     """A :class:`DecodeConfig` field with its metadata (see the module docstring). ``parse`` may
     also be a mapping: the words the flag takes, to their values (``choices``). A true/false
     field gets a ``--x`` / ``--no-x`` switch and the true-or-false check unless told otherwise."""
-    if isinstance(default, bool):
-        action = action or "switch"
-        check = check or _check_true_or_false
     choices = dict(parse) if isinstance(parse, Mapping) else None
+    if isinstance(default, bool):
+        action = action or ("choices" if choices else "switch")
+        check = check or _check_true_or_false
     metadata = {"help": help, "flag": flag, "parse": None if choices else parse, "action": action, "choices": choices,
                 "commands": () if code_only else tuple(commands), "help_rank": help_rank, "check": check,
                 "setting": setting, "setting_key": setting_key, "code_only": code_only}
@@ -327,6 +332,12 @@ class DecodeConfig:
         False, cli_default=True, help_rank=140, setting=_when_on(),
         help='never open a sentence after the first in lower case ("... others. on the other hand"); '
         'abbreviations such as "Inc." or "e.g." do not end a sentence (default: {default})')
+    end_at_line_break: bool | None = option(
+        False, parse={"auto": None, "on": True, "off": False}, check=_check_chat_template, cli_default=None,
+        help_rank=165, setting=_line_break_setting,
+        help="end a response at its first line break after some text: in the plain prompt layout a line is a "
+        "turn, and a model without a chat template goes on after its answer with lines of its own; auto: only "
+        "when no chat template is used (default {default})")
     trim_unfinished: bool = option(
         False, help_rank=170, setting=_when_on(),
         help="when --max-new-tokens cuts a response mid-sentence, drop that unfinished sentence if a finished "
@@ -484,13 +495,34 @@ class DecodeConfig:
             kwargs["logits_processor"] = layout_guards(tokenizer, model, self.format)
         return kwargs
 
-    def response_guards(self, tokenizer) -> Callable[[int], list]:
+    def ends_at_line_break(self, tokenizer, is_encoder_decoder: bool) -> bool:
+        """``end_at_line_break`` resolved: ``None`` (auto) is on when no chat template is used."""
+        if self.end_at_line_break is None:
+            from .inputs import use_chat_template_for
+
+            return not use_chat_template_for(tokenizer, is_encoder_decoder, self.chat_template)
+        return bool(self.end_at_line_break)
+
+    def response_guards(self, tokenizer, model=None) -> Callable[[int], list]:
         """``guards(response_start)``: the guards that read the response alone, for a batch
         whose responses start at ``response_start`` in the decoder's ``input_ids``. Made once per
-        run (the sentence-case guard reads the vocabulary once)."""
-        from .guards import ResponseNoImmediateRepeat, ResponseNoRepeatNGram, SentenceCaseGuard
+        run (the sentence-case guard reads the vocabulary once). ``model``: where the end token
+        and the architecture come from (needed for ``end_at_line_break``)."""
+        from .guards import EndAtLineBreak, ResponseNoImmediateRepeat, ResponseNoRepeatNGram, SentenceCaseGuard
 
         sentence_case = SentenceCaseGuard(tokenizer, 0).for_width if self.capitalize_sentences else None
+        line_break = None
+        if self.end_at_line_break is not False:
+            if model is None:
+                raise ValueError("end_at_line_break needs the model (its end token): response_guards(tokenizer, model)")
+            enc_dec = bool(getattr(model.config, "is_encoder_decoder", False))
+            if self.ends_at_line_break(tokenizer, enc_dec):
+                eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+                eos = tokenizer.eos_token_id if eos is None else eos
+                if eos is None:
+                    raise ValueError("end_at_line_break needs an end token, and neither the model's generation "
+                                     "config nor the tokenizer names one")
+                line_break = EndAtLineBreak(tokenizer, 0, eos).at  # reads the vocabulary once
 
         def guards(response_start: int) -> list:
             out = []
@@ -500,6 +532,8 @@ class DecodeConfig:
                 out.append(ResponseNoImmediateRepeat(tokenizer, response_start))
             if sentence_case is not None:
                 out.append(sentence_case(response_start))
+            if line_break is not None:
+                out.append(line_break(response_start))
             return out
 
         return guards

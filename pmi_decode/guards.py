@@ -19,6 +19,7 @@ same tokens.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import re
@@ -29,7 +30,8 @@ from transformers import LogitsProcessor
 
 from .responses import ends_in_abbreviation
 
-__all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "ResponseNoImmediateRepeat", "SentenceCaseGuard", "layout_markers",
+__all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "ResponseNoImmediateRepeat", "SentenceCaseGuard", "EndAtLineBreak",
+           "layout_markers",
            "layout_guards", "control_token_ids", "chat_role_leak"]
 
 #: Role names chat templates write after their role-start token ("<|im_start|>user").
@@ -260,6 +262,66 @@ class ResponseNoImmediateRepeat(LogitsProcessor):
 # A sentence end at the end of a text: . ! or ? with any closing quotes or brackets, then (group 1)
 # the whitespace already written, if any.
 _ENDS_SENTENCE = re.compile(r"[.!?][\"'\u201d\u2019)\]]*(\s*)$")
+
+
+class EndAtLineBreak(LogitsProcessor):
+    r"""Ends a response at its first line break after some text: from then on only the end token
+    may follow.
+
+    In the plain prompt layout ("Document: ... User: ... Agent: ...") a line is a turn, and a model
+    without a chat template (a base model such as Gemma-3-270m) goes on after its answer with lines
+    of its own ("Date: 2021-04-18", "Location: ..."), where it invents facts. A chat template ends
+    the turn with its own token instead, so :class:`~pmi_decode.DecodeConfig`'s ``auto`` applies this
+    guard only without one. Leading line breaks (before any text) do not end the response.
+
+    Args:
+        tokenizer: the model's tokenizer (which tokens hold a line break, which hold text).
+        prompt_length: width of the prompt in ``input_ids`` (as :class:`ResponseNoRepeatNGram`).
+        eos_token_id: the end token id, or a list of them.
+    """
+
+    def __init__(self, tokenizer, prompt_length: int, eos_token_id):
+        if isinstance(prompt_length, bool) or not isinstance(prompt_length, int) or prompt_length < 0:
+            raise ValueError(f"prompt_length must be an integer >= 0, got {prompt_length!r}")
+        ends = eos_token_id if isinstance(eos_token_id, (list, tuple)) else [eos_token_id]
+        if not ends or any(isinstance(e, bool) or not isinstance(e, int) or e < 0 for e in ends):
+            raise ValueError(f"EndAtLineBreak needs the end token id(s), got {eos_token_id!r}")
+        self.prompt_length = prompt_length
+        self.eos = torch.tensor(sorted(set(ends)), dtype=torch.long)
+        texts = _token_texts(tokenizer)
+        self.line_break = torch.tensor([i for i, t in enumerate(texts) if "\n" in t], dtype=torch.long)
+        self.text = torch.tensor([i for i, t in enumerate(texts) if t.strip()], dtype=torch.long)
+        # a token such as ".\n" holds text before its line break: it ends the line by itself
+        self.text_then_break = torch.tensor([i for i, t in enumerate(texts) if "\n" in t and t.split("\n")[0].strip()],
+                                            dtype=torch.long)
+
+    def at(self, prompt_length: int) -> "EndAtLineBreak":
+        """The same guard for responses starting at ``prompt_length`` (the vocabulary is read once)."""
+        if isinstance(prompt_length, bool) or not isinstance(prompt_length, int) or prompt_length < 0:
+            raise ValueError(f"prompt_length must be an integer >= 0, got {prompt_length!r}")
+        twin = copy.copy(self)
+        twin.prompt_length = prompt_length
+        return twin
+
+    def ended(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        """One flag per row: has the response broken a line after some text?"""
+        response = input_ids[:, self.prompt_length:]
+        if response.shape[1] == 0:
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        is_text = torch.isin(response, self.text.to(response.device))
+        text_before = (torch.cumsum(is_text.long(), dim=1) - is_text.long()) > 0
+        breaks = torch.isin(response, self.line_break.to(response.device))
+        at_once = torch.isin(response, self.text_then_break.to(response.device))
+        return ((breaks & text_before) | at_once).any(dim=1)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        ended = self.ended(input_ids)
+        if not bool(ended.any()):
+            return scores
+        eos = self.eos.to(scores.device)
+        only_end = torch.full_like(scores, -float("inf"))
+        only_end[:, eos] = scores[:, eos]
+        return torch.where(ended[:, None], only_end, scores)
 
 
 class SentenceCaseGuard(LogitsProcessor):

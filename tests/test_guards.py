@@ -539,3 +539,84 @@ def test_sentence_case_bans_lower_case_openings_after_a_newline():
     banned = set(guard.banned_ids(tok("It is done.", add_special_tokens=False)["input_ids"]).tolist())
     assert set(newline_lower) <= banned
     assert not any(re.match(r"\s*[A-Z]", tok.decode([i])) for i in banned)
+
+
+# ---------------------------------------------------------------------------- the line-break end
+def _line_break_tokens():
+    tok = tiny_tokenizer("llama")
+    (newline,) = [i for i in range(len(tok)) if tok.decode([i]) == "\n"]
+    word = tok.encode("Hello", add_special_tokens=False)[0]
+    return tok, newline, word
+
+
+def test_end_at_line_break_ends_only_after_text():
+    from pmi_decode.guards import EndAtLineBreak
+
+    tok, newline, word = _line_break_tokens()
+    guard = EndAtLineBreak(tok, 2, tok.eos_token_id)
+    prompt = [word, word]
+    rows = torch.tensor([prompt + [newline, word, word],      # a leading break: not the end
+                         prompt + [word, newline, word],      # text, then a break: the end
+                         prompt + [word, word, word]])        # no break
+    assert guard.ended(rows).tolist() == [False, True, False]
+    scores = torch.randn(3, len(tok))
+    out = guard(rows, scores.clone())
+    assert torch.equal(out[0], scores[0]) and torch.equal(out[2], scores[2])
+    assert torch.isfinite(out[1]).nonzero().flatten().tolist() == [tok.eos_token_id]
+    assert out[1, tok.eos_token_id] == scores[1, tok.eos_token_id]
+    assert guard.at(1).ended(rows).tolist() == [True, True, False]  # a word of the prompt counted as response text
+    with pytest.raises(ValueError, match="end token"):
+        EndAtLineBreak(tok, 0, None)
+
+
+class _PreferLineBreak(LogitsProcessor):
+    """Makes the line break the best token from the second response token on."""
+
+    def __init__(self, newline, start):
+        self.newline, self.start = newline, start
+
+    def __call__(self, input_ids, scores):
+        if input_ids.shape[1] > self.start + 1:
+            scores = scores.clone()
+            scores[:, self.newline] = scores.max() + 10.0
+        return scores
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_generate_stops_at_the_first_line_break(num_beams):
+    from pmi_decode.guards import EndAtLineBreak
+
+    tok, newline, word = _line_break_tokens()
+    model = tiny_model("llama")
+    prompt = torch.tensor([[word, word, word]])
+    for guarded in (False, True):
+        processors = [_PreferLineBreak(newline, 3)]
+        if guarded:
+            processors.append(EndAtLineBreak(tok, 3, tok.eos_token_id))
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), logits_processor=processors,
+                             num_beams=num_beams, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id,
+                             eos_token_id=tok.eos_token_id)[0, 3:].tolist()
+        first = out.index(newline)
+        after = [t for t in out[first + 1:] if t != tok.pad_token_id]
+        if guarded:
+            assert after == [tok.eos_token_id], out
+        else:
+            assert len(after) > 1, out  # without the guard the response goes on past the break
+
+
+def test_auto_ends_at_line_breaks_only_without_a_chat_template():
+    from pmi_decode import DecodeConfig
+    from pmi_decode.testing import CHAT_TEMPLATE
+
+    plain, chat = tiny_tokenizer("llama"), tiny_tokenizer("llama")
+    chat.chat_template = CHAT_TEMPLATE
+    auto = DecodeConfig.cli_defaults()
+    assert auto.end_at_line_break is None and auto.settings()["end_at_line_break"] == "auto"
+    assert auto.ends_at_line_break(plain, is_encoder_decoder=False)
+    assert not auto.ends_at_line_break(chat, is_encoder_decoder=False)
+    assert auto.ends_at_line_break(chat, is_encoder_decoder=True)  # encoder-decoders use no chat template
+    assert auto.replace(chat_template=False).ends_at_line_break(chat, is_encoder_decoder=False)  # template off
+    assert "end_at_line_break" not in DecodeConfig().settings()  # off: files decoded before still resume
+    model = tiny_model("llama")
+    assert [type(g).__name__ for g in auto.response_guards(plain, model)(4)][-1] == "EndAtLineBreak"
+    assert "EndAtLineBreak" not in [type(g).__name__ for g in auto.response_guards(chat, model)(4)]

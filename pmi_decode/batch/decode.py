@@ -460,7 +460,7 @@ def decode_records(
                                    **prompt_options).conditional) for r in records]
     processor_options = config.processor_options()
     group = config.hypotheses_per_dialogue
-    response_guards = config.response_guards(tokenizer)
+    response_guards = config.response_guards(tokenizer, model)
     batches = _batches(records, lengths, config.batch_size)
     if shard is not None:
         batches = shard_units(batches, *shard)
