@@ -414,6 +414,8 @@ class DecodeConfig:
         for f in cls._flag_fields(command):
             meta, flag, default = f.metadata, cls._flag(f), getattr(defaults, f.name)
             shown = ("on" if default else "off") if isinstance(default, bool) else default
+            if meta.get("choices"):  # the word the flag takes for the default ("auto", not None)
+                shown = {value: word for word, value in meta["choices"].items()}[default]
             kwargs = {"dest": f.name, "help": (meta.get("help") or "").format(default=shown)}
             action = meta.get("action") or ("switch" if isinstance(f.default, bool) else None)
             if action == "switch":

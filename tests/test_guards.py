@@ -620,3 +620,16 @@ def test_auto_ends_at_line_breaks_only_without_a_chat_template():
     model = tiny_model("llama")
     assert [type(g).__name__ for g in auto.response_guards(plain, model)(4)][-1] == "EndAtLineBreak"
     assert "EndAtLineBreak" not in [type(g).__name__ for g in auto.response_guards(chat, model)(4)]
+
+
+def test_the_line_break_flag_shows_its_default_word(capsys):
+    from pmi_decode.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["generate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--end-at-line-break {auto,on,off}" in text and "template is used (default auto)" in text
+    args = build_parser().parse_args(["generate", "--input", "a", "--output", "b", "--end-at-line-break", "on"])
+    from pmi_decode import DecodeConfig
+
+    assert DecodeConfig.from_args(args).end_at_line_break is True
