@@ -238,6 +238,9 @@ def option(default, *, help: str = "", check=None, parse=None, flag: str | None 
 
 
 _LAYOUT_GUARD = "markers+line_start+control_tokens"
+#: the response n-gram guard's current meaning, stored after n: n-grams holding a number part do not count
+#: (files decoded when they did store n alone and do not resume under it)
+_NGRAM_RULE = "+numbers_exempt"
 
 
 @dataclass(frozen=True)
@@ -305,9 +308,10 @@ class DecodeConfig:
         help='let responses contain the prompt layout\'s markers ("Document:", "User:", "Agent:"), '
         "which are banned by default")
     response_no_repeat_ngram_size: int | None = option(
-        None, parse=_non_negative_int, check=_check_ngram, cli_default=3, help_rank=100, setting=_when_on(int),
+        None, parse=_non_negative_int, check=_check_ngram, cli_default=3, help_rank=100,
+        setting=_when_on(lambda value: f"{int(value)}{_NGRAM_RULE}"),
         help="never repeat a token n-gram of this size within the response (the document may still be "
-        "quoted); 0 = off (default {default})")
+        "quoted; n-grams holding a digit do not count, so numbers keep their digits); 0 = off (default {default})")
     normalize_scores: bool = option(
         False, action="store_true", help_rank=120, setting=_when_on(),
         help="normalise PMI-Decode's step scores over the nucleus (log-softmax): same tokens in greedy search "
@@ -529,7 +533,7 @@ class DecodeConfig:
         def guards(response_start: int) -> list:
             out = []
             if self.response_no_repeat_ngram_size:
-                out.append(ResponseNoRepeatNGram(self.response_no_repeat_ngram_size, response_start))
+                out.append(ResponseNoRepeatNGram(self.response_no_repeat_ngram_size, response_start, tokenizer))
             if self.block_immediate_repeats:
                 out.append(ResponseNoImmediateRepeat(tokenizer, response_start))
             if sentence_case is not None:

@@ -30,7 +30,7 @@ from transformers import LogitsProcessor
 
 from .responses import ends_in_abbreviation
 
-__all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "ResponseNoImmediateRepeat", "SentenceCaseGuard", "EndAtLineBreak",
+__all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "number_parts", "ResponseNoImmediateRepeat", "SentenceCaseGuard", "EndAtLineBreak",
            "layout_markers",
            "layout_guards", "control_token_ids", "chat_role_leak"]
 
@@ -87,7 +87,10 @@ def layout_markers(format=None, tokenizer=None) -> list[str]:
 
 
 @functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=4)
 def _token_texts(tokenizer) -> tuple[str, ...]:
+    """Every token's text, read once per tokenizer (a 262k vocabulary takes seconds to decode,
+    and each batch builds its guards anew)."""
     size = len(tokenizer)
     texts = []
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
@@ -180,35 +183,71 @@ class LayoutMarkerGuard(LogitsProcessor):
         return scores
 
 
+def number_parts(tokenizer) -> list[bool]:
+    """For each token: does it hold a digit, or only whitespace? Such tokens are parts of numbers
+    in tokenizers that write "1911" as " " "1" "9" "1" "1" (Llama, SmolLM2, Gemma)."""
+    return [not t.strip() or any(c.isdigit() for c in t) for t in _token_texts(tokenizer)]
+
+
 class ResponseNoRepeatNGram(LogitsProcessor):
-    r"""generate's ``no_repeat_ngram_size``, counted over the response only.
+    r"""generate's ``no_repeat_ngram_size``, counted over the response only, and not over numbers.
 
     transformers' ``NoRepeatNGramLogitsProcessor`` looks at the whole sequence. For a decoder-only
     model that includes the prompt, so it also forbids repeating any n-gram of the document: the
     very quoting a faithful answer needs. This processor applies the same rule to the tokens
     after ``prompt_length`` only, so loops inside the response are still blocked.
 
+    Given the ``tokenizer``, an n-gram that holds a digit or a whitespace-only token does not
+    count. Tokenizers that split numbers into digits make every year of one century share the
+    3-gram " " "1" "9": counted, the guard turned "the 1911 eruption", after an earlier "191",
+    into "the 1897 eruption", and "10 am to 4 pm ... 10 am to 2 pm" into other times. Loops are
+    still caught on their words. Without a tokenizer the rule is transformers' own.
+
     Args:
         ngram_size: n, at least 1.
         prompt_length: width of the prompt in ``input_ids`` (the padded conditional prompt for a
             decoder-only model; 0, or 1 for the start token, for an encoder-decoder's decoder).
+        tokenizer: the model's tokenizer, to tell number tokens apart (optional).
 
     Give it to ``generate`` or :func:`~pmi_decode.pmi_generate` as a ``logits_processor``;
     ``pmi_generate``'s paired path applies it to the conditional half, whose prompt is as wide
     as the conditional inputs.
     """
 
-    def __init__(self, ngram_size: int, prompt_length: int):
+    def __init__(self, ngram_size: int, prompt_length: int, tokenizer=None):
         from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
 
         for name, value, low in (("ngram_size", ngram_size, 1), ("prompt_length", prompt_length, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        self.prompt_length = prompt_length
+        self.ngram_size, self.prompt_length = ngram_size, prompt_length
         self._inner = NoRepeatNGramLogitsProcessor(ngram_size)
+        self._number_part = number_parts(tokenizer) if tokenizer is not None else None
+
+    def _exempt(self, token: int) -> bool:
+        return token < len(self._number_part) and self._number_part[token]
+
+    def banned_ids(self, response: Sequence[int]) -> set[int]:
+        """The tokens that would complete an n-gram of ``response`` a second time, n-grams with a
+        number part not counted."""
+        n, length = self.ngram_size, len(response)
+        if length < n - 1:
+            return set()
+        head = list(response[length - n + 1:]) if n > 1 else []
+        if any(self._exempt(t) for t in head):
+            return set()
+        return {response[i + n - 1] for i in range(length - n + 1)
+                if list(response[i: i + n - 1]) == head and not self._exempt(response[i + n - 1])}
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        return self._inner(input_ids[:, self.prompt_length :], scores)
+        if self._number_part is None:
+            return self._inner(input_ids[:, self.prompt_length :], scores)
+        scores = scores.clone()
+        for row in range(input_ids.shape[0]):
+            banned = [t for t in self.banned_ids(input_ids[row, self.prompt_length:].tolist()) if t < scores.shape[-1]]
+            if banned:
+                scores[row, banned] = -math.inf
+        return scores
 
 
 class ResponseNoImmediateRepeat(LogitsProcessor):

@@ -109,8 +109,10 @@ def test_guard_keeps_paired_equal_to_separate():
                        pmi_generate(model, inputs, paired=False, **kwargs))
 
 
-def _generated_ngrams(seq, n):
+def _generated_ngrams(seq, n, skip=()):
+    """How many n-grams of ``seq`` repeat an earlier one (n-grams holding a token of ``skip`` aside)."""
     grams = [tuple(seq[i:i + n]) for i in range(len(seq) - n + 1)]
+    grams = [g for g in grams if not set(g) & set(skip)]
     return len(grams) - len(set(grams))
 
 
@@ -211,6 +213,52 @@ def test_response_no_repeat_ngram_allows_quoting_the_prompt():
         ResponseNoRepeatNGram(0, 3)
 
 
+def _ids(tok, text):
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def _banned(guard, response, vocab):
+    row = guard(torch.tensor([response]), torch.zeros(1, vocab))[0]
+    return set(torch.isinf(row).nonzero().flatten().tolist())
+
+
+def test_response_no_repeat_ngram_lets_numbers_keep_their_digits():
+    """Digit-split numbers share n-grams (" 19" "1" "1" and " 19" "1" "8"): counted, the guard
+    changes the second number. Given the tokenizer, n-grams with a digit do not count, and a loop
+    of words is still banned."""
+    from pmi_decode.guards import ResponseNoRepeatNGram, number_parts
+
+    tok = tiny_tokenizer("llama")
+    vocab = len(tok)
+    second_year = _ids(tok, " in the 1911 eruption and in the 19")
+    one = _ids(tok, "1")[0]
+    assert one in _banned(ResponseNoRepeatNGram(3, 0), second_year, vocab)  # transformers' rule
+    assert one not in _banned(ResponseNoRepeatNGram(3, 0, tok), second_year, vocab)
+    year_after_words = _ids(tok, " in the 1911 eruption and in the")  # " in" " the" " 19": holds a digit
+    assert _banned(ResponseNoRepeatNGram(3, 0, tok), year_after_words, vocab) == set()
+    in_, the, a = (_ids(tok, word)[0] for word in (" in", " the", " a"))
+    assert a in _banned(ResponseNoRepeatNGram(3, 0, tok), [in_, the, a, in_, the], vocab)  # a loop of words
+    parts = number_parts(tok)
+    assert parts[_ids(tok, " 19")[0]] and parts[one] and not parts[_ids(tok, " in")[0]]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_response_no_repeat_ngram_is_transformers_rule_without_numbers(n):
+    """On responses without number parts the guard bans exactly what transformers' rule bans."""
+    from pmi_decode.guards import ResponseNoRepeatNGram, number_parts
+
+    tok = tiny_tokenizer("llama")
+    words = [i for i, part in enumerate(number_parts(tok)) if not part]
+    gen = torch.Generator().manual_seed(n)
+    for _ in range(40):
+        length = int(torch.randint(0, 14, (1,), generator=gen))
+        pick = torch.randint(0, 6, (length,), generator=gen).tolist()  # few distinct tokens: many repeats
+        response = [words[3 + k] for k in pick]
+        prompt = [words[0]] * 2
+        assert _banned(ResponseNoRepeatNGram(n, 2, tok), prompt + response, len(tok)) == _banned(
+            ResponseNoRepeatNGram(n, 2), prompt + response, len(tok))
+
+
 @pytest.mark.parametrize("paired", [True, False])
 def test_response_no_repeat_ngram_in_both_paths(paired):
     from pmi_decode.guards import ResponseNoRepeatNGram
@@ -233,19 +281,22 @@ def test_decode_records_response_no_repeat_ngram():
     records = [{"id": str(i), "document": d, "history": h} for i, (d, h) in enumerate(DIALOGUES)]
     out = list(decode_records(records, model, tok, alpha=0.5, p=0.9, num_beams=2, max_new_tokens=24,
                               batch_size=len(records), response_no_repeat_ngram_size=2, progress=False))
-    assert out[0]["settings"]["response_no_repeat_ngram_size"] == 2
+    assert out[0]["settings"]["response_no_repeat_ngram_size"] == "2+numbers_exempt"
     inputs = build_inputs(tok, [r["document"] for r in records], [r["history"] for r in records], model=model)
     from pmi_decode.guards import ResponseNoRepeatNGram
 
     width = inputs["conditional"]["input_ids"].shape[1]
     slow = model.generate(**inputs["conditional"], num_beams=2, max_new_tokens=24, pad_token_id=tok.pad_token_id,
-                          logits_processor=[ResponseNoRepeatNGram(2, width), reference(model, inputs, 0.5, 0.9)])
+                          logits_processor=[ResponseNoRepeatNGram(2, width, tok), reference(model, inputs, 0.5, 0.9)])
     texts = tok.batch_decode(slow[:, width:], skip_special_tokens=True)
     by_id = {rec["id"]: rec["pmi_response"] for rec in out}
     assert [by_id[str(i)] for i in range(len(records))] == [t.strip() for t in texts]
+    from pmi_decode.guards import number_parts
+
+    numbers = [i for i, part in enumerate(number_parts(tok)) if part]
     for row in slow[:, width:].tolist():
         row = [t for t in row if t != tok.pad_token_id]
-        assert _generated_ngrams(row, 2) == 0
+        assert _generated_ngrams(row, 2, numbers) == 0
     unguarded = list(decode_records(records, model, tok, alpha=0.5, p=0.9, num_beams=2, max_new_tokens=24,
                                     batch_size=len(records), progress=False))
     assert {r["id"]: r["pmi_response"] for r in unguarded} != by_id, "the guard must change looping responses"
