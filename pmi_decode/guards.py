@@ -197,11 +197,11 @@ class ResponseNoRepeatNGram(LogitsProcessor):
     very quoting a faithful answer needs. This processor applies the same rule to the tokens
     after ``prompt_length`` only, so loops inside the response are still blocked.
 
-    Given the ``tokenizer``, an n-gram that holds a digit or a whitespace-only token does not
-    count. Tokenizers that split numbers into digits make every year of one century share the
-    3-gram " " "1" "9": counted, the guard turned "the 1911 eruption", after an earlier "191",
-    into "the 1897 eruption", and "10 am to 4 pm ... 10 am to 2 pm" into other times. Loops are
-    still caught on their words. Without a tokenizer the rule is transformers' own.
+    Given the ``tokenizer``, it never bans a token that holds a digit or only whitespace: a number
+    goes on as the document writes it. Tokenizers that split numbers into digits make every year
+    of one century share the 3-gram " " "1" "9": with digits banned, the guard turned "the 1911
+    eruption", after an earlier "191", into "the 1897 eruption". Loops and enumerations are still
+    stopped, on their words. Without a tokenizer the rule is transformers' own.
 
     Args:
         ngram_size: n, at least 1.
@@ -228,14 +228,10 @@ class ResponseNoRepeatNGram(LogitsProcessor):
         return token < len(self._number_part) and self._number_part[token]
 
     def banned_ids(self, response: Sequence[int]) -> set[int]:
-        """The tokens that would complete an n-gram of ``response`` a second time, n-grams with a
-        number part not counted."""
+        """The tokens that would complete an n-gram of ``response`` a second time, number parts
+        aside."""
         n, length = self.ngram_size, len(response)
-        if length < n - 1:
-            return set()
         head = list(response[length - n + 1:]) if n > 1 else []
-        if any(self._exempt(t) for t in head):
-            return set()
         return {response[i + n - 1] for i in range(length - n + 1)
                 if list(response[i: i + n - 1]) == head and not self._exempt(response[i + n - 1])}
 

@@ -110,9 +110,9 @@ def test_guard_keeps_paired_equal_to_separate():
 
 
 def _generated_ngrams(seq, n, skip=()):
-    """How many n-grams of ``seq`` repeat an earlier one (n-grams holding a token of ``skip`` aside)."""
+    """How many n-grams of ``seq`` repeat an earlier one (n-grams ending in a token of ``skip`` aside)."""
     grams = [tuple(seq[i:i + n]) for i in range(len(seq) - n + 1)]
-    grams = [g for g in grams if not set(g) & set(skip)]
+    grams = [g for g in grams if g[-1] not in set(skip)]
     return len(grams) - len(set(grams))
 
 
@@ -223,9 +223,9 @@ def _banned(guard, response, vocab):
 
 
 def test_response_no_repeat_ngram_lets_numbers_keep_their_digits():
-    """Digit-split numbers share n-grams (" 19" "1" "1" and " 19" "1" "8"): counted, the guard
-    changes the second number. Given the tokenizer, n-grams with a digit do not count, and a loop
-    of words is still banned."""
+    """Digit-split numbers share n-grams (" 19" "1" "1" and " 19" "1" "8"): with digits banned,
+    the guard changes the second number. Given the tokenizer, it bans no number part, and a loop
+    of words is still banned, also when it holds a number."""
     from pmi_decode.guards import ResponseNoRepeatNGram, number_parts
 
     tok = tiny_tokenizer("llama")
@@ -238,6 +238,9 @@ def test_response_no_repeat_ngram_lets_numbers_keep_their_digits():
     assert _banned(ResponseNoRepeatNGram(3, 0, tok), year_after_words, vocab) == set()
     in_, the, a = (_ids(tok, word)[0] for word in (" in", " the", " a"))
     assert a in _banned(ResponseNoRepeatNGram(3, 0, tok), [in_, the, a, in_, the], vocab)  # a loop of words
+    nineteen = _ids(tok, " 19")[0]
+    enumeration = [nineteen, in_, the, a, nineteen, in_]  # "19 in the a 19 in": " the" would repeat "19 in the"
+    assert the in _banned(ResponseNoRepeatNGram(3, 0, tok), enumeration, vocab)
     parts = number_parts(tok)
     assert parts[_ids(tok, " 19")[0]] and parts[one] and not parts[_ids(tok, " in")[0]]
 
