@@ -111,8 +111,8 @@ def _settings_before_decode_config(*, alpha, p, num_beams, do_sample, max_new_to
         settings["repetition_penalty"] = float(repetition_penalty)
     if block_layout_markers:
         settings["block_layout_markers"] = "markers+line_start+control_tokens"
-    if response_no_repeat_ngram_size:
-        settings["response_no_repeat_ngram_size"] = int(response_no_repeat_ngram_size)
+    if response_no_repeat_ngram_size:  # its rule changed since (number tokens are never banned): stored with n
+        settings["response_no_repeat_ngram_size"] = f"{int(response_no_repeat_ngram_size)}+numbers_exempt"
     if normalize_scores:
         settings["normalize_scores"] = True
     if conditional_end:

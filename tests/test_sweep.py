@@ -277,7 +277,7 @@ def test_decode_options_reach_every_cell_and_its_settings(tmp_path, models):
     config = make_config(tmp_path / "opts", methods=["beam_search"], alphas=[0.5], ps=[0.9], decode_options=options)
     generate_cells(config, RECORDS, *generator, progress=False)
     rows = [json.loads(line) for line in open(cell_paths(config.output_dir, config.cells[0])["generations"])]
-    assert all(r["settings"]["conditional_end"] is True and r["settings"]["response_no_repeat_ngram_size"] == 3
+    assert all(r["settings"]["conditional_end"] is True and r["settings"]["response_no_repeat_ngram_size"] == "3+numbers_exempt"
                and r["settings"]["prefer_finished"] is True for r in rows)
     assert config.generation_settings("beam_search")["decode_options"] == options
     assert "decode_options" not in make_config(tmp_path / "none").generation_settings("beam_search")
