@@ -454,13 +454,14 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
         if blocker:
             logger.info("pmi_generate: separate-cache path (%s)", blocker)
         kwargs.pop("logits_processor", None)
-        # greedy search and sampling: a per-row constant in the branch's log-probs changes no token
-        # (the returned scores would shift by it, so not with output_scores); otherwise automatic
+        # greedy search and sampling: a per-row constant in the branch's log-probs changes no token,
+        # nor does skipping the branch where a row has one candidate (the returned scores would
+        # change, so not with output_scores); otherwise automatic
         one_row_each = ((config.num_beams or 1) == 1 and not config.output_scores
                         and not isinstance(alpha, AdaptiveAlpha))
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
                          conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None,
-                         plausibility=plausibility)
+                         plausibility=plausibility, defer_single_token=one_row_each)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
         if (share_prompt and "past_key_values" not in kwargs and "cache" not in kwargs
                 and config.cache_implementation is None):
