@@ -25,11 +25,17 @@ __all__ = ["nucleus_mask", "plausible_mask", "pmi_candidates", "pmi_scores", "si
 _NUCLEUS_STAGES = (64, 1024)
 
 
+def _finite(values: torch.Tensor) -> torch.Tensor:
+    """``torch.isfinite`` of a floating tensor as ``|x| < inf`` (NaN compares false): the same
+    mask, in two passes over a step's scores where ``torch.isfinite`` on a CPU takes several."""
+    return values.abs() < math.inf if values.is_floating_point() else torch.isfinite(values)
+
+
 def nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
     """True for the tokens of the top-p nucleus of each row: the smallest set of most probable
     tokens whose probability mass reaches ``p`` (at least one token). ``p >= 1`` keeps every
     token of non-zero probability (a cumulative sum never reliably reaches exactly 1)."""
-    finite = torch.isfinite(log_probs)
+    finite = _finite(log_probs)
     if p >= 1.0:
         return finite
     probs = log_probs.exp()
@@ -126,7 +132,7 @@ def plausible_mask(lp_c: torch.Tensor, plausibility: float) -> torch.Tensor:
     token under the conditional distribution (the adaptive plausibility constraint of
     contrastive decoding, Li et al., 2023); every token when ``plausibility`` is 0."""
     if plausibility <= 0.0:
-        return torch.isfinite(lp_c)
+        return _finite(lp_c)
     return lp_c >= lp_c.max(dim=-1, keepdim=True).values + math.log(plausibility)
 
 
@@ -196,7 +202,7 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
         combined = lp_c
     else:
         lp_u = lp_u.to(lp_c.dtype)
-        known = torch.isfinite(lp_u)
+        known = _finite(lp_u)
         usable = keep & known
         some = usable.any(dim=-1, keepdim=True)
         keep = torch.where(some, usable, keep)
@@ -223,7 +229,7 @@ def conditional_end_scores(lp_c: torch.Tensor, pmi: torch.Tensor, end_ids: torch
     document pulls at this step), which beam search credits to every continuation of the row,
     ending included; a row with no end token among its candidates gets its PMI scores back
     (up to rounding). With alpha = 0 either form is plain (nucleus) decoding."""
-    keep = torch.isfinite(pmi)
+    keep = _finite(pmi)
     if end_ids.numel() and int(end_ids.max()) >= pmi.shape[-1]:
         raise ValueError(f"end token id {int(end_ids.max())} is outside the vocabulary of {pmi.shape[-1]} tokens")
     is_end = torch.zeros_like(keep)
