@@ -82,6 +82,19 @@ def test_deferred_steps_are_caught_up_exactly(kind, mode):
 
 @pytest.mark.exactness
 @pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_catch_up_with_the_nucleus_projection(kind):
+    """pmi_generate defers with the nucleus-only projection on: a catch-up forward projects the
+    last position onto the step's nucleus columns."""
+    slow, results = run(kind, "greedy", nucleus_projection=True)
+    (plain_out, plain), (deferred_out, deferred) = results[False], results[True]
+    assert torch.equal(deferred_out, slow) and torch.equal(plain_out, slow)
+    assert deferred._branch.forwards == CATCH_UPS and deferred._branch.projection is not None
+    for got, expected in zip(deferred.seen, [plain.seen[0], plain.seen[4], plain.seen[6]]):
+        assert torch.allclose(got, expected, atol=1e-9, rtol=0)
+
+
+@pytest.mark.exactness
+@pytest.mark.parametrize("kind", ["llama", "bart"])
 def test_normalized_scores_of_deferred_steps_are_the_same(kind):
     """With normalize a single candidate scores 0 either way: generate's returned scores agree too."""
     model, inputs = setup(kind)
