@@ -17,6 +17,8 @@ reversed every other repeat, median of ``--repeats``:
 ``--modes sampling`` runs sampling (same seed for every method) instead or as well. The JSON
 records, for the deferring processor, how many steps ran no document-free forward and how many
 tokens each catch-up forward ran; both PMI-Decode separate methods must decode the same tokens.
+``--count-only`` runs the deferring processor alone, untimed, and writes those counts
+(``deferral_counts.{json,md}``).
 """
 
 from __future__ import annotations
@@ -61,10 +63,29 @@ def methods(model, inputs, args, p: float, mode: str, record: list):
     return out
 
 
-def run_case(model, tokenizer, records, args, p: float, mode: str, batch_size: int) -> dict:
+def count_case(model, tokenizer, records, args, p: float, mode: str, batch_size: int) -> dict:
+    """``--count-only``: the deferring processor once per batch, untimed: how many of the branch's
+    steps ran a forward (a count, not a timing: it needs no idle machine)."""
+    inputs = _batch_inputs(model, tokenizer, records, batch_size)
+    record: list = []
+    with torch.no_grad():
+        for x in inputs:
+            torch.manual_seed(args.seed)
+            methods(model, x, args, p, mode, record)["separate-defer"]()
+    return {"p": p, "mode": mode, "batch_size": batch_size, "dialogues": len(records),
+            "branch_steps": args.new_tokens * len(inputs) - len(inputs),
+            "branch_forwards_with_deferral": sum(len(f) for f in record),
+            "catch_up_tokens_per_forward": [n for f in record for n in f]}
+
+
+def _batch_inputs(model, tokenizer, records, batch_size: int) -> list[dict]:
     batches = [records[i:i + batch_size] for i in range(0, len(records), batch_size)]
-    inputs = [build_inputs(tokenizer, [r["document"] for r in b], [r["history"] for r in b], model=model,
-                           warn_truncation=False) for b in batches]
+    return [build_inputs(tokenizer, [r["document"] for r in b], [r["history"] for r in b], model=model,
+                         warn_truncation=False) for b in batches]
+
+
+def run_case(model, tokenizer, records, args, p: float, mode: str, batch_size: int) -> dict:
+    inputs = _batch_inputs(model, tokenizer, records, batch_size)
     record: list = []
     cases = [methods(model, x, args, p, mode, record) for x in inputs]
     names = list(cases[0])
@@ -121,6 +142,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--count-only", action="store_true",
+                        help="count the branch's forwards with deferral only (no timing)")
     parser.add_argument("--output-dir", default="benchmarks/results/cpu_speed")
     args = parser.parse_args(argv)
     if args.threads:
@@ -131,10 +154,20 @@ def main(argv=None):
     args.pad_id = tokenizer.pad_token_id
     data_dir = Path(args.data_dir) if args.data_dir else shared_data_dir("topicalchat", ROOT)
     records = real_dialogue_records("topicalchat", data_dir)[: args.dialogues]
-    rows = [run_case(model, tokenizer, records, args, p, mode, batch)
+    case = count_case if args.count_only else run_case
+    rows = [case(model, tokenizer, records, args, p, mode, batch)
             for mode in args.modes for p in args.ps for batch in args.batch_sizes]
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if args.count_only:
+        (out / "deferral_counts.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+        table = "| p | mode | batch | branch steps | forwards with deferral | share skipped |\n|---:|---|---:|---:|---:|---:|\n"
+        table += "".join(f"| {r['p']} | {r['mode']} | {r['batch_size']} | {r['branch_steps']} | "
+                         f"{r['branch_forwards_with_deferral']} | "
+                         f"{1 - r['branch_forwards_with_deferral'] / r['branch_steps']:.2f} |\n" for r in rows)
+        (out / "deferral_counts.md").write_text(table)
+        print(table)
+        return
     meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "model": "embedded SmolLM2-135M-Instruct",
             "data": "topicalchat valid_rare", "args": {k: v for k, v in vars(args).items()},
             "load_average_at_end": os.getloadavg()}
