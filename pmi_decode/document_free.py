@@ -4,7 +4,9 @@
 :class:`DocumentFreeBranch` per ``generate`` call: it prefills the unconditional prompts once
 (repeated for beams and returned sequences), then advances one token a step, following each
 row to its parent after beam reordering, and projects onto chosen vocabulary columns only where
-the model's head allows it (:mod:`pmi_decode.projection`).
+the model's head allows it (:mod:`pmi_decode.projection`). A step that needs no document-free
+distribution can be deferred (:meth:`DocumentFreeBranch.defer`): the next step that needs one
+runs the tokens it skipped in one forward.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class DocumentFreeBranch:
                 logits = out.logits[:, -1]
             else:
                 self.use_positions = accepts_keyword(model, "position_ids")
+                self.keep_last = accepts_keyword(model, "logits_to_keep")
                 self.cache, logits = prefill(model, ids, mask, self.repeats)
                 self.mask = mask.repeat_interleave(self.repeats, dim=0)
         if self.projection is not None and not self.projection.verify(logits):
@@ -73,6 +76,9 @@ class DocumentFreeBranch:
             logits = logits.repeat_interleave(self.repeats, dim=0)
         self.last_ids = input_ids.clone()
         self.first_logits = logits
+        self.fed = input_ids.shape[1]  # columns of generate's sequences the cache holds
+        self.pending_parents: torch.LongTensor | None = None  # cache row of each row, while steps are deferred
+        self.forwards: list[int] = []  # tokens run by each forward after the prefill
 
     def _check_grouping(self, input_ids, ids, mask) -> None:
         """generate's rows must come in groups of ``repeats`` copies of one prompt; and where two
@@ -115,13 +121,25 @@ class DocumentFreeBranch:
         base = torch.arange(0, rows, k, device=input_ids.device).unsqueeze(1)
         return (local + base).reshape(-1)
 
+    def defer(self, input_ids: torch.LongTensor, parents: torch.LongTensor) -> None:
+        """Follow a step without running it (its document-free distribution is not needed): the
+        rows' parents are composed with those of earlier deferred steps, and :meth:`step` runs
+        every token not yet in the cache at once."""
+        self.pending_parents = parents if self.pending_parents is None else self.pending_parents[parents]
+        self.last_ids = input_ids.clone()
+
     def step(self, input_ids: torch.LongTensor, parents: torch.LongTensor,
              columns: torch.LongTensor | None = None) -> torch.Tensor:
         """The next-token logits of every row. With ``columns`` (and a head that allows it), only
-        those columns are projected: the others come back as -inf."""
+        those columns are projected: the others come back as -inf. Tokens of deferred steps run
+        in the same forward (the KV cache takes several positions at once)."""
+        if self.pending_parents is not None:
+            parents, self.pending_parents = self.pending_parents[parents], None
         if not bool((parents == torch.arange(parents.numel(), device=parents.device)).all()):
             self.cache.reorder_cache(parents)
-        token = input_ids[:, -1:]
+        token = input_ids[:, self.fed:]
+        self.fed = input_ids.shape[1]
+        self.forwards.append(token.shape[1])
         if columns is None or self.projection is None:
             columns, restrict = None, contextlib.nullcontext()
         else:
@@ -137,19 +155,28 @@ class DocumentFreeBranch:
                     **{self.cache_keyword: self.cache},
                 )
             else:
-                self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=-1)
-                kwargs = {
-                    "input_ids": token,
-                    "attention_mask": self.mask,
-                    self.cache_keyword: self.cache,
-                    "use_cache": True,
-                    "return_dict": True,
-                }
-                if self.use_positions:
-                    kwargs["position_ids"] = self.mask.long().sum(-1, keepdim=True) - 1
-                out = self.model(**kwargs)
+                out = self.model(**self._decoder_only_kwargs(token))
         self.cache = returned_cache(out)
         self.last_ids = input_ids.clone()
         logits = out.logits[:, -1]
         return logits if columns is None else self.projection.widen(logits, columns)
 
+
+    def _decoder_only_kwargs(self, tokens: torch.LongTensor) -> dict:
+        """The forward's arguments for ``tokens`` (one or more new columns) after the cache: the
+        mask grows by their columns, and their positions follow each row's own (left-padded) length."""
+        new = tokens.shape[1]
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], new))], dim=-1)
+        kwargs = {
+            "input_ids": tokens,
+            "attention_mask": self.mask,
+            self.cache_keyword: self.cache,
+            "use_cache": True,
+            "return_dict": True,
+        }
+        if self.use_positions:
+            last = self.mask.long().sum(-1, keepdim=True) - 1
+            kwargs["position_ids"] = last if new == 1 else last - new + 1 + torch.arange(new, device=last.device)
+        if new > 1 and self.keep_last:
+            kwargs["logits_to_keep"] = 1  # only the last position's logits are read
+        return kwargs

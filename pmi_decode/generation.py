@@ -23,7 +23,7 @@ import inspect
 import logging
 
 import torch
-from transformers import DynamicCache, GenerationConfig, LogitsProcessorList
+from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig, LogitsProcessorList
 from transformers.cache_utils import DynamicLayer
 
 from . import defaults
@@ -244,6 +244,45 @@ def paired_prompt_cache(model, joint: dict, expand: int):
     return joined
 
 
+class GroupedCrossAttentionCache(EncoderDecoderCache):
+    """An encoder-decoder KV cache for beam search whose cross-attention part is not reordered
+    where reordering cannot change it.
+
+    ``generate`` copies each prompt's encoder states to its ``beams`` rows, so the rows of one
+    prompt hold equal cross-attention keys and values, and beam search only ever picks a row's
+    parent among the rows of its own prompt. transformers still copies the whole cross-attention
+    cache at every step (the encoder's length in every row and layer: most of a step's reordering
+    at dialogue lengths). Here the cross-attention part is left in place once it is checked, on
+    the first reordering, that each prompt's rows are equal (bit for bit), and as long as every
+    parent lies in its row's own prompt; otherwise it is reordered as usual."""
+
+    def __init__(self, model, beams: int):
+        config = model.config.get_text_config(decoder=True)
+        super().__init__(DynamicCache(config=config), DynamicCache(config=config))
+        self.beams = beams
+        self.cross_rows_equal: bool | None = None  # decided on the first reordering
+
+    def reorder_cache(self, beam_idx: torch.LongTensor):
+        """Reorder the self-attention part, and the cross-attention part only where it could change."""
+        self.self_attention_cache.reorder_cache(beam_idx)
+        rows = torch.arange(beam_idx.numel(), device=beam_idx.device)
+        if bool((beam_idx // self.beams == rows // self.beams).all()) and self._cross_rows_equal():
+            return
+        self.cross_attention_cache.reorder_cache(beam_idx)
+
+    def _cross_rows_equal(self) -> bool:
+        """Whether every prompt's rows hold equal cross-attention keys and values (checked once:
+        a reordering within each prompt keeps them equal, and they are not written again)."""
+        if self.cross_rows_equal is None:
+            tensors = [t for layer in self.cross_attention_cache.layers
+                       for t in (getattr(layer, "keys", None), getattr(layer, "values", None))]
+            self.cross_rows_equal = bool(tensors) and all(
+                torch.is_tensor(t) and t.dim() >= 1 and t.shape[0] % self.beams == 0
+                and bool((t.unflatten(0, (-1, self.beams)) == t.unflatten(0, (-1, self.beams))[:, :1]).all())
+                for t in tensors)
+        return self.cross_rows_equal
+
+
 def _class_generate(model):
     """The generate of the model's class: a model loaded with ``trust_remote_code=True`` from a
     folder holding ``custom_generate/`` has its own ``generate`` replaced by that function, which
@@ -421,8 +460,10 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             each prompt through the model once and give ``generate`` the cache (see
             :func:`prompt_cache`) instead of letting it run the prompt once per beam; on the
             paired path, also run each half of the stacked batch at its own width (see
-            :func:`paired_prompt_cache`), greedy search included. Same tokens, fewer prompt
-            forwards.
+            :func:`paired_prompt_cache`), greedy search included; and for encoder-decoder models
+            in beam search, leave the cross-attention cache in place where beam reordering cannot
+            change it (:class:`GroupedCrossAttentionCache`). Same tokens, fewer prompt forwards
+            and copies.
         normalize: normalise each step's PMI scores over the nucleus (see
             :class:`~pmi_decode.PMIDecode`).
         conditional_end: the conditional model alone decides when the response ends (see
@@ -454,13 +495,14 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
         if blocker:
             logger.info("pmi_generate: separate-cache path (%s)", blocker)
         kwargs.pop("logits_processor", None)
-        # greedy search and sampling: a per-row constant in the branch's log-probs changes no token
-        # (the returned scores would shift by it, so not with output_scores); otherwise automatic
+        # greedy search and sampling: a per-row constant in the branch's log-probs changes no token,
+        # nor does skipping the branch where a row has one candidate (the returned scores would
+        # change, so not with output_scores); otherwise automatic
         one_row_each = ((config.num_beams or 1) == 1 and not config.output_scores
                         and not isinstance(alpha, AdaptiveAlpha))
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
                          conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None,
-                         plausibility=plausibility)
+                         plausibility=plausibility, defer_single_token=one_row_each)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
         if (share_prompt and "past_key_values" not in kwargs and "cache" not in kwargs
                 and config.cache_implementation is None):
@@ -483,6 +525,8 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     if share_prompt and config.cache_implementation is None:
         # generate refuses a cache object together with cache_implementation (e.g. "static")
         cache = paired_prompt_cache(model, joint, _expansion(config))
+        if cache is None and enc_dec and (config.num_beams or 1) > 1:
+            cache = GroupedCrossAttentionCache(model, int(config.num_beams))
         if cache is not None:
             model_kwargs[cache_keyword(model)] = cache
     with _merged_defaults(model, joint_config):

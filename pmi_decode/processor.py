@@ -39,6 +39,7 @@ from .paired import STACK_FIX as _STACK_FIX, StackedBatch as _StackedBatch
 from .paired import conditional_half as _conditional_half, stack_inputs as _stack_inputs
 from .scores import conditional_end_scores as _conditional_end_scores, nucleus_mask as _nucleus_mask
 from .scores import plausible_mask as _plausible_mask, pmi_scores as _pmi_scores
+from .scores import pmi_candidates as _pmi_candidates, single_candidate_scores as _single_candidate_scores
 from .validation import validate_alpha_p as _validate_alpha_p, validate_plausibility as _validate_plausibility
 
 __all__ = ["PMIDecode"]
@@ -132,6 +133,16 @@ class PMIDecode(LogitsProcessor):
             mode. ``False``: always the full projection. The projection stays full for a step
             whose nucleus union covers more than half of the vocabulary, and for models whose
             head cannot be restricted exactly (see :mod:`pmi_decode.projection`).
+        defer_single_token: separate mode, greedy search and sampling: at a step where every row
+            has a single candidate (the nucleus, limited by the plausibility head, holds one
+            token), that token wins whatever the document-free distribution says, so the branch
+            runs no forward; the next step that needs the distribution runs the skipped tokens
+            in one forward through its KV cache. Same tokens; with ``normalize`` the same scores
+            too, otherwise such a step returns the candidate's conditional log-prob in place of
+            its PMI score (seen only in the scores ``generate`` returns with ``output_scores``).
+            Never in beam search or beam sampling, which compare those scores across rows
+            (``pmi_generate`` turns it on where neither applies). Refused in paired mode and with
+            an adaptive alpha.
 
     Two ways to use it:
 
@@ -184,6 +195,7 @@ class PMIDecode(LogitsProcessor):
         eos_token_id: int | list[int] | None = None,
         nucleus_projection: bool | None = None,
         plausibility: float = 0.0,
+        defer_single_token: bool = False,
     ):
         self.alpha, self.p = resolve_alpha(alpha, p)
         self.plausibility = _validate_plausibility(plausibility)
@@ -211,6 +223,7 @@ class PMIDecode(LogitsProcessor):
         if conditional_processors and not self.paired:
             raise ValueError("conditional_processors is for paired mode only; give them to generate instead")
         self._requested_projection = nucleus_projection
+        self.defer_single_token = self._deferral_rule(defer_single_token)
         self.nucleus_projection = self._projection_rule(nucleus_projection)
         self.conditional_processors = LogitsProcessorList(conditional_processors or [])
         self.model = model
@@ -236,6 +249,7 @@ class PMIDecode(LogitsProcessor):
             conditional_end=self.conditional_end,
             eos_token_id=None if self._end_ids is None else self._end_ids.tolist(),
             nucleus_projection=self._requested_projection, plausibility=self.plausibility,
+            defer_single_token=self.defer_single_token,
         )
         return _rebuild, (arguments,)
 
@@ -287,6 +301,18 @@ class PMIDecode(LogitsProcessor):
         # conditional_end without normalize keeps each row's PMI total, which the constant shifts
         return self.normalize
 
+    def _deferral_rule(self, requested) -> bool:
+        """Whether steps with a single candidate per row skip the branch (see ``defer_single_token``)."""
+        if not isinstance(requested, bool):
+            raise ValueError(f"defer_single_token must be True or False, got {requested!r}")
+        if requested and self.paired:
+            raise ValueError("defer_single_token is for separate mode (model= and unconditional_inputs=): in "
+                             "paired mode generate runs the document-free rows itself")
+        if requested and isinstance(self.alpha, AdaptiveAlpha):
+            raise ValueError("defer_single_token=True cannot be used with an adaptive alpha: its weight needs "
+                             "the document-free distribution at every step")
+        return requested
+
     def _nucleus_columns(self, scores: torch.Tensor) -> torch.LongTensor | None:
         """The vocabulary columns the branch must project this step: the union of the rows'
         nuclei, or None (project everything) where that is more than half of the vocabulary."""
@@ -316,10 +342,11 @@ class PMIDecode(LogitsProcessor):
         return {"input_ids": ids, "attention_mask": mask}
 
     def _unconditional_log_probs(self, input_ids: torch.LongTensor, dtype,
-                                 nucleus_of: torch.Tensor | None = None) -> torch.Tensor:
+                                 nucleus_of: torch.Tensor | None = None, may_defer: bool = False) -> torch.Tensor | None:
         """Document-free log-probabilities of every row. ``nucleus_of``: the step's conditional
         scores; where the branch can restrict its projection, the result covers their nuclei
-        only, normalised over those tokens (-inf elsewhere)."""
+        only, normalised over those tokens (-inf elsewhere). ``may_defer``: the step needs no
+        distribution; the branch follows it without a forward (None) unless it opens a generation."""
         if getattr(self.model, "training", False):
             raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
         if self._forward_log.starts_generation(input_ids) or self._branch is None:
@@ -353,6 +380,10 @@ class PMIDecode(LogitsProcessor):
                     "and sequences edited between steps are not supported; call pmi.reset() before reusing the "
                     "processor on unrelated sequences"
                 )
+            if may_defer:
+                self._branch.defer(input_ids, parents)
+                self._forward_log.encoder_runs = []
+                return None
             restrict = nucleus_of is not None and self._branch.projection is not None
             columns = self._nucleus_columns(nucleus_of) if restrict else None
             logits = self._branch.step(input_ids, parents, columns)
@@ -405,7 +436,11 @@ class PMIDecode(LogitsProcessor):
                 )
             return self._stacked.step(input_ids, scores, self._forward_log, self.conditional_processors, self._score)
         nucleus_of = scores if self.nucleus_projection else None
-        return self._score(scores, lambda: self._unconditional_log_probs(input_ids, scores.dtype, nucleus_of))
+        log_probs = lambda may_defer=False: self._unconditional_log_probs(  # noqa: E731
+            input_ids, scores.dtype, nucleus_of, may_defer)
+        if self.defer_single_token and self.alpha != 0.0:
+            return self._deferring_score(scores, log_probs)
+        return self._score(scores, log_probs)
 
     def _score(self, scores: torch.Tensor, unconditional_log_probs) -> torch.Tensor:
         """The step's scores from the conditional ``scores``; ``unconditional_log_probs()`` gives
@@ -415,6 +450,18 @@ class PMIDecode(LogitsProcessor):
             return scores
         lp_u = unconditional_log_probs() if self.alpha != 0.0 else None
         return _pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends(), self.plausibility)
+
+    def _deferring_score(self, scores: torch.Tensor, unconditional_log_probs) -> torch.Tensor:
+        """:meth:`_score` with ``defer_single_token``: the candidates first; where every row has a
+        single one, the branch only follows the step (``unconditional_log_probs(True)``, which
+        still runs it when the step opens a generation and returns its distribution then)."""
+        candidates = _pmi_candidates(scores, self.p, self.plausibility)
+        single = bool((candidates[1].sum(dim=-1) == 1).all())
+        lp_u = unconditional_log_probs(single)
+        if lp_u is None:
+            return _single_candidate_scores(*candidates, self.normalize, self._ends())
+        return _pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends(), self.plausibility,
+                           candidates)
 
     def _ends(self) -> torch.Tensor | None:
         if not self.conditional_end:

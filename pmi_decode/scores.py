@@ -17,18 +17,25 @@ import torch
 
 from .adaptive import AdaptiveAlpha
 
-__all__ = ["nucleus_mask", "plausible_mask", "pmi_scores", "conditional_end_scores"]
+__all__ = ["nucleus_mask", "plausible_mask", "pmi_candidates", "pmi_scores", "single_candidate_scores",
+           "conditional_end_scores"]
 
 # Top-k sizes tried before a full sort: sized to real models' nuclei (measured by
 # benchmarks/nucleus_sizes.py; the sizes and why: docs/processor.md and docs/scale_out.md).
 _NUCLEUS_STAGES = (64, 1024)
 
 
+def _finite(values: torch.Tensor) -> torch.Tensor:
+    """``torch.isfinite`` of a floating tensor as ``|x| < inf`` (NaN compares false): the same
+    mask, in two passes over a step's scores where ``torch.isfinite`` on a CPU takes several."""
+    return values.abs() < math.inf if values.is_floating_point() else torch.isfinite(values)
+
+
 def nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
     """True for the tokens of the top-p nucleus of each row: the smallest set of most probable
     tokens whose probability mass reaches ``p`` (at least one token). ``p >= 1`` keeps every
     token of non-zero probability (a cumulative sum never reliably reaches exactly 1)."""
-    finite = torch.isfinite(log_probs)
+    finite = _finite(log_probs)
     if p >= 1.0:
         return finite
     probs = log_probs.exp()
@@ -61,9 +68,54 @@ def nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
     rows = torch.cat(to_sort + [pending])
     if not rows.numel():
         return keep.reshape(probs.shape) & finite
-    sorted_probs, order = flat[rows].sort(dim=-1, descending=True)
-    keep[rows] = torch.zeros_like(keep[rows]).scatter_(-1, order, _keep_sorted(sorted_probs, p))
+    keep[rows] = _sorted_nucleus(flat if rows.numel() == flat.shape[0] else flat[rows], p)
     return keep.reshape(probs.shape) & finite
+
+
+def _sorted_nucleus(probs: torch.Tensor, p: float) -> torch.Tensor:
+    """The nucleus of each row of ``probs`` (rows x vocabulary) by a sort of the whole row.
+
+    On a CPU the rows' values alone are sorted (numpy's vectorised sort, several times faster
+    than ``torch.sort``, which also orders an index tensor): the sorted values and their
+    cumulative sums are the same numbers a full sort gives (ties hold equal values), so the
+    nucleus is every token above the boundary value, plus as many tokens equal to it as the
+    sort kept. Where several tokens share the boundary value and only some are kept, the lower
+    token ids are kept (``torch.sort`` leaves their order undefined). Elsewhere, ``torch.sort``."""
+    if probs.device.type == "cpu" and probs.dtype in (torch.float32, torch.float64):
+        keep = _value_sort_nucleus(probs, p)
+        if keep is not None:
+            return keep
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    return torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, order, _keep_sorted(sorted_probs, p))
+
+
+def _value_sort_nucleus(probs: torch.Tensor, p: float) -> torch.Tensor | None:
+    """:func:`_sorted_nucleus` from a sort of the values only; None where numpy is missing or
+    a row holds NaN (left to ``torch.sort``, which orders NaN its own way).
+
+    The kept tokens are a prefix of the sorted row (the mass before a token never decreases), so
+    their number, the boundary value and the ties around it are read off the sorted values by
+    binary search; the only pass over the unsorted row builds the mask."""
+    try:
+        import numpy as np
+    except ImportError:  # torch runs without numpy
+        return None
+    ascending = torch.from_numpy(np.sort(probs.detach().contiguous().numpy(), axis=-1))
+    if bool(torch.isnan(ascending[:, -1]).any()):  # numpy sorts NaN last
+        return None
+    vocab = ascending.shape[-1]
+    mass = ascending.flip(-1).cumsum(dim=-1)  # what _keep_sorted sums, in the same order
+    # token i (i >= 1) is kept where the mass before it is below p; the first always is
+    limit = torch.full((mass.shape[0], 1), p, dtype=mass.dtype)
+    kept = 1 + torch.searchsorted(mass, limit).clamp(max=vocab - 1)
+    boundary = ascending.gather(-1, vocab - kept)  # the least probable kept value
+    at_most = torch.searchsorted(ascending, boundary, right=True)
+    ties = at_most - torch.searchsorted(ascending, boundary)
+    ties_kept = kept - (vocab - at_most)
+    if bool((ties_kept == ties).all()):
+        return probs >= boundary
+    tied = probs == boundary
+    return (probs > boundary) | (tied & (tied.cumsum(dim=-1) <= ties_kept))
 
 
 def _keep_sorted(sorted_probs: torch.Tensor, p: float) -> torch.Tensor:
@@ -80,12 +132,38 @@ def plausible_mask(lp_c: torch.Tensor, plausibility: float) -> torch.Tensor:
     token under the conditional distribution (the adaptive plausibility constraint of
     contrastive decoding, Li et al., 2023); every token when ``plausibility`` is 0."""
     if plausibility <= 0.0:
-        return torch.isfinite(lp_c)
+        return _finite(lp_c)
     return lp_c >= lp_c.max(dim=-1, keepdim=True).values + math.log(plausibility)
 
 
+def pmi_candidates(scores: torch.Tensor, p: float, plausibility: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The conditional log-probs and the candidates where the PMI term is on: the top-p nucleus,
+    limited by the plausibility head. Computed once a step: a caller that finds a single candidate
+    in every row (:func:`single_candidate_scores`) needs no document-free distribution at all."""
+    lp_c = torch.log_softmax(scores, dim=-1)
+    keep = nucleus_mask(lp_c, p)
+    if plausibility > 0.0:
+        keep = keep & plausible_mask(lp_c, plausibility)
+    return lp_c, keep
+
+
+def single_candidate_scores(lp_c: torch.Tensor, keep: torch.Tensor, normalize: bool = False,
+                            end_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The step's scores where every row has a single candidate (``keep`` holds one token a row):
+    that token wins in greedy search and sampling whatever the document-free distribution says.
+
+    With ``normalize`` these are exactly :func:`pmi_scores`' (a log-softmax over one token is 0,
+    with or without ``end_ids``); otherwise the candidate carries its conditional log-prob in
+    place of its PMI score, which changes the scores ``generate`` returns but no token."""
+    out = torch.where(keep, lp_c, torch.full_like(lp_c, -math.inf))
+    if end_ids is not None:
+        return conditional_end_scores(lp_c, out, end_ids, normalize)
+    return torch.log_softmax(out, dim=-1) if normalize else out
+
+
 def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float, normalize: bool = False,
-               end_ids: torch.Tensor | None = None, plausibility: float = 0.0) -> torch.Tensor:
+               end_ids: torch.Tensor | None = None, plausibility: float = 0.0,
+               candidates: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """The PMI-Decode score from the conditional scores (any logits or log-probs) and the
     unconditional log-probs; -inf outside the nucleus. ``alpha`` is a float or an
     :class:`~pmi_decode.adaptive.AdaptiveAlpha` (one weight per row, from both distributions).
@@ -109,19 +187,22 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
     tokens at least that share as probable as the conditional top token (:func:`plausible_mask`):
     PMI may re-rank what the model that reads the document finds plausible, but cannot promote a
     token it finds unlikely only because the document-free model finds it even less likely (a
-    number or name from another sentence of the document). With alpha 0 it has no effect."""
-    lp_c = torch.log_softmax(scores, dim=-1)
-    keep = nucleus_mask(lp_c, p)
+    number or name from another sentence of the document). With alpha 0 it has no effect.
+
+    ``candidates``: what :func:`pmi_candidates` returned for these ``scores``, ``p`` and
+    ``plausibility``, where the caller already computed it (the PMI term must be on)."""
     pmi_on = lp_u is not None and (torch.is_tensor(alpha) or isinstance(alpha, AdaptiveAlpha) or alpha != 0.0)
-    if plausibility > 0.0 and pmi_on:
-        keep = keep & plausible_mask(lp_c, plausibility)
+    if candidates is not None and pmi_on:
+        lp_c, keep = candidates
+    else:
+        lp_c, keep = pmi_candidates(scores, p, plausibility if pmi_on else 0.0)
     if isinstance(alpha, AdaptiveAlpha) and lp_u is not None:
         alpha = alpha.weights(lp_c, lp_u)
     if lp_u is None or (not torch.is_tensor(alpha) and alpha == 0.0):
         combined = lp_c
     else:
         lp_u = lp_u.to(lp_c.dtype)
-        known = torch.isfinite(lp_u)
+        known = _finite(lp_u)
         usable = keep & known
         some = usable.any(dim=-1, keepdim=True)
         keep = torch.where(some, usable, keep)
@@ -148,7 +229,7 @@ def conditional_end_scores(lp_c: torch.Tensor, pmi: torch.Tensor, end_ids: torch
     document pulls at this step), which beam search credits to every continuation of the row,
     ending included; a row with no end token among its candidates gets its PMI scores back
     (up to rounding). With alpha = 0 either form is plain (nucleus) decoding."""
-    keep = torch.isfinite(pmi)
+    keep = _finite(pmi)
     if end_ids.numel() and int(end_ids.max()) >= pmi.shape[-1]:
         raise ValueError(f"end token id {int(end_ids.max())} is outside the vocabulary of {pmi.shape[-1]} tokens")
     is_end = torch.zeros_like(keep)
