@@ -183,6 +183,16 @@ class LayoutMarkerGuard(LogitsProcessor):
         return scores
 
 
+def _ban_each_row(guard, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    """``scores`` with ``guard.banned_ids(response)`` of each row's response set to -inf."""
+    scores = scores.clone()
+    for row in range(input_ids.shape[0]):
+        banned = [t for t in guard.banned_ids(input_ids[row, guard.prompt_length:].tolist()) if t < scores.shape[-1]]
+        if banned:
+            scores[row, banned] = -math.inf
+    return scores
+
+
 def number_parts(tokenizer) -> list[bool]:
     """For each token: does it hold a digit, or only whitespace? Such tokens are parts of numbers
     in tokenizers that write "1911" as " " "1" "9" "1" "1" (Llama, SmolLM2, Gemma)."""
@@ -238,12 +248,7 @@ class ResponseNoRepeatNGram(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self._number_part is None:
             return self._inner(input_ids[:, self.prompt_length :], scores)
-        scores = scores.clone()
-        for row in range(input_ids.shape[0]):
-            banned = [t for t in self.banned_ids(input_ids[row, self.prompt_length:].tolist()) if t < scores.shape[-1]]
-            if banned:
-                scores[row, banned] = -math.inf
-        return scores
+        return _ban_each_row(self, input_ids, scores)
 
 
 class ResponseNoImmediateRepeat(LogitsProcessor):
@@ -286,12 +291,7 @@ class ResponseNoImmediateRepeat(LogitsProcessor):
         return banned
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        scores = scores.clone()
-        for row in range(input_ids.shape[0]):
-            banned = [t for t in self.banned_ids(input_ids[row, self.prompt_length:].tolist()) if t < scores.shape[-1]]
-            if banned:
-                scores[row, banned] = -math.inf
-        return scores
+        return _ban_each_row(self, input_ids, scores)
 
 
 # A sentence end at the end of a text: . ! or ? with any closing quotes or brackets, then (group 1)
