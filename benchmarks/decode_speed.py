@@ -28,19 +28,16 @@ sampled resident set size on a CPU).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import threading
 import time
-from pathlib import Path
 
 import torch
 from transformers import LogitsProcessor
 from transformers.generation.logits_process import UnbatchedClassifierFreeGuidanceLogitsProcessor
 
 from pmi_decode import PMIDecode, pmi_generate
-from pmi_decode.experiments.benchmarking import MEAN_WORDS, random_dialogue_inputs, random_weight_model
+from pmi_decode.experiments.benchmarking import MEAN_WORDS, random_dialogue_inputs, random_weight_model, save_results
 from pmi_decode.generation import prompt_cache
 from pmi_decode.model_calls import cache_keyword
 
@@ -233,14 +230,8 @@ def main(argv=None):
                         case = [dict(row, logit_scale=scale) for row in run_case(model, model_name, dataset, mode, batch, args)]
                         rows.extend(case)
                         print(markdown(case), flush=True)
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {"device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(), "args": vars(args),
-            "load_average_at_end": os.getloadavg()}
-    (out / "decode_speed.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    table = markdown(rows)
-    (out / "decode_speed.md").write_text(table)
-    print("\n" + table)
+    meta = {"device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(), "args": vars(args)}
+    save_results(args.output_dir, "decode_speed", meta, rows, markdown(rows))
 
 
 if __name__ == "__main__":

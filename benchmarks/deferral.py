@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from pathlib import Path
 import torch
 
 from pmi_decode import PMIDecode, build_inputs, defaults, pmi_generate
-from pmi_decode.experiments.benchmarking import real_dialogue_records, shared_data_dir
+from pmi_decode.experiments.benchmarking import real_dialogue_records, save_results, shared_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"greedy": dict(), "sampling": dict(do_sample=True)}
@@ -169,12 +168,8 @@ def main(argv=None):
         print(table)
         return
     meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "model": "embedded SmolLM2-135M-Instruct",
-            "data": "topicalchat valid_rare", "args": {k: v for k, v in vars(args).items()},
-            "load_average_at_end": os.getloadavg()}
-    (out / "deferral.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    table = markdown(rows)
-    (out / "deferral.md").write_text(table)
-    print("\n" + table)
+            "data": "topicalchat valid_rare", "args": {k: v for k, v in vars(args).items()}}
+    save_results(out, "deferral", meta, rows, markdown(rows))
 
 
 if __name__ == "__main__":

@@ -125,3 +125,17 @@ def shared_data_dir(dataset: str, checkout: Path) -> Path:
         if candidate.is_dir():
             return candidate
     raise SystemExit(f"no shared/data/{DATA_FOLDERS[dataset]} above {checkout}: pass --data-dir")
+
+
+def save_results(out_dir, name: str, meta: dict, rows: list[dict], table: str) -> None:
+    """Write ``<name>.json`` (the run's settings, with the load average at the end so a busy
+    machine shows, and every row) and ``<name>.md`` (the table) under ``out_dir``, and print the table."""
+    import json
+    import os
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(meta, load_average_at_end=os.getloadavg())
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / f"{name}.md").write_text(table)
+    print("\n" + table)
