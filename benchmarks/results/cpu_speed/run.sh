@@ -7,9 +7,9 @@ NEW=${NEW:-$(pwd)}
 BASE=${BASE:?set BASE to a checkout of the previous commit}
 OUT=benchmarks/results/cpu_speed
 wait_idle() { while pgrep -f "pmi-decode generate" > /dev/null; do sleep 20; done; }
-speed() {  # $1: checkout whose pmi_decode runs, $2: output folder
+speed() {  # $1: checkout whose script and pmi_decode run, $2: output folder
   wait_idle
-  PYTHONPATH=$1 python benchmarks/decode_speed.py --models bart-base --modes beam greedy --batch-sizes 8 \
+  PYTHONPATH=$1 python "$1/benchmarks/decode_speed.py" --models bart-base --modes beam greedy --batch-sizes 8 \
       --repeats 5 --methods plain-2x-rows separate paired --output-dir "$2"
 }
 speed "$NEW" $OUT/decode_speed_after
