@@ -193,10 +193,12 @@ def _ban_each_row(guard, input_ids: torch.LongTensor, scores: torch.FloatTensor)
     return scores
 
 
-def number_parts(tokenizer) -> list[bool]:
+@functools.lru_cache(maxsize=4)
+def number_parts(tokenizer) -> tuple[bool, ...]:
     """For each token: does it hold a digit, or only whitespace? Such tokens are parts of numbers
-    in tokenizers that write "1911" as " " "1" "9" "1" "1" (Llama, SmolLM2, Gemma)."""
-    return [not t.strip() or any(c.isdigit() for c in t) for t in _token_texts(tokenizer)]
+    in tokenizers that write "1911" as " " "1" "9" "1" "1" (Llama, SmolLM2, Gemma). Read once per
+    tokenizer, as the guard is built anew for each batch."""
+    return tuple(not t.strip() or any(c.isdigit() for c in t) for t in _token_texts(tokenizer))
 
 
 class ResponseNoRepeatNGram(LogitsProcessor):
