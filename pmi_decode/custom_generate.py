@@ -47,6 +47,7 @@ from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
 from .generation import pmi_generate
 from .processor import PMIDecode
+from .validation import validate_pmi_cap
 
 __all__ = ["generate", "pmi_decoding_loop", "LOOP_MODES"]
 
@@ -95,10 +96,10 @@ def _unconditional(unconditional_inputs, negative_prompt_ids, negative_prompt_at
 #: PMI-Decode's own keywords of :func:`generate` (the rest of its signature is ``generate``'s), with
 #: their defaults; ``None`` reads :mod:`pmi_decode.defaults` at call time.
 GENERATE_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, paired=None, share_prompt=True,
-                        normalize=False, conditional_end=False)
+                        normalize=False, conditional_end=False, plausibility=None, pmi_cap=None)
 #: PMI-Decode's own keywords of :func:`pmi_decoding_loop`.
 LOOP_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, normalize=False, conditional_end=False,
-                    plausibility=None)
+                    plausibility=None, pmi_cap=None)
 
 
 def _declare_options(function, declared: dict):
@@ -126,7 +127,7 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
     arguments. The conditional prompt is generate's ``input_ids`` (or ``inputs``) with its
     ``attention_mask``; the document-free one is ``unconditional_inputs`` or
     ``negative_prompt_ids`` / ``negative_prompt_attention_mask``. ``alpha`` (a number in [0, 1],
-    ``"adaptive"`` or ``"cocoa"``), ``p``, ``plausibility``, ``paired``, ``share_prompt``,
+    ``"adaptive"`` or ``"cocoa"``), ``p``, ``plausibility``, ``pmi_cap``, ``paired``, ``share_prompt``,
     ``normalize``, ``conditional_end``: as in ``pmi_generate``, with its defaults
     (:mod:`pmi_decode.defaults`). Anything else goes to ``generate``."""
     options = _pop_options(kwargs, GENERATE_OPTIONS)
@@ -151,7 +152,8 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
     kwargs.update({k: v for k, v in passed.items() if v is not None})
     return pmi_generate(model, {"conditional": cond, "unconditional": uncond}, alpha=alpha, p=p,
                         paired=options["paired"], share_prompt=options["share_prompt"],
-                        normalize=options["normalize"], conditional_end=options["conditional_end"], **kwargs)
+                        normalize=options["normalize"], conditional_end=options["conditional_end"],
+                        plausibility=options["plausibility"], pmi_cap=options["pmi_cap"], **kwargs)
 
 
 _declare_options(generate, GENERATE_OPTIONS)
@@ -214,6 +216,7 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
     alpha = defaults.ALPHA if options["alpha"] is None else options["alpha"]
     p = defaults.P if options["p"] is None else options["p"]
     plausibility = defaults.PLAUSIBILITY if options["plausibility"] is None else options["plausibility"]
+    pmi_cap = validate_pmi_cap(defaults.PMI_CAP if options["pmi_cap"] is None else options["pmi_cap"])
     normalize, conditional_end = options["normalize"], options["conditional_end"]
     mode = generation_config.get_generation_mode()
     if mode not in LOOP_MODES:
@@ -237,8 +240,9 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
     one_row_each = ((generation_config.num_beams or 1) == 1 and not generation_config.output_scores
                     and not isinstance(alpha, AdaptiveAlpha))
     pmi = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
-                    conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None,
-                    plausibility=plausibility)
+                    conditional_end=conditional_end, eos_token_id=ends,
+                    nucleus_projection=(one_row_each and pmi_cap is None) or None,
+                    plausibility=plausibility, pmi_cap=pmi_cap)
     if model.config.is_encoder_decoder:
         # generate ran the encoder before this loop (and so before the processor watched it); the
         # rows were checked above, so hand it a run of that many prompts

@@ -34,13 +34,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field, fields
 from numbers import Real
 from typing import Callable, Mapping
 
 from . import defaults as _defaults
 from .adaptive import alpha_setting, parse_alpha, resolve_alpha
-from .validation import validate_alpha_p, validate_plausibility
+from .validation import validate_alpha_p, validate_plausibility, validate_pmi_cap
 
 __all__ = ["DecodeConfig", "OMIT", "option", "positive_int", "int_at_least", "unit_interval"]
 
@@ -127,6 +128,18 @@ def _plausibility_flag(flag: str) -> Callable[[str], float]:
     return parse
 
 
+def _pmi_cap_flag(flag: str) -> Callable[[str], float | None]:
+    def parse(text: str) -> float | None:
+        if text.strip().lower() in ("none", "off", "inf"):
+            return None
+        try:
+            return validate_pmi_cap(float(text))
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"{flag}: {err}") from None
+
+    return parse
+
+
 def _integer(flag: str) -> Callable[[str], int]:
     return int
 
@@ -146,6 +159,10 @@ def _check_p(name, value) -> None:
 
 def _check_plausibility(name, value) -> None:
     validate_plausibility(value)
+
+
+def _check_pmi_cap(name, value) -> None:
+    validate_pmi_cap(value)
 
 
 def _check_at_least_one(name, value) -> None:
@@ -328,6 +345,12 @@ class DecodeConfig:
         help="PMI re-ranks only tokens at least this share as probable as the most probable token given the "
         "document, so it cannot promote a number or name from another sentence of the document; in [0, 1), "
         "0 is the paper's score (default {default})")
+    pmi_cap: float | None = option(
+        None, parse=_pmi_cap_flag, check=_check_pmi_cap, cli_default=lambda: _defaults.PMI_CAP,
+        help_rank=35, setting=_when_on(float),
+        help="the most the PMI term may count, in nats: every token the document makes at least e^CAP times "
+        "likelier gains the same, and the model reading the document ranks them, so a number or name from "
+        "another sentence of the document cannot outbid the answer; 'none' is the paper's score (default {default})")
     block_immediate_repeats: bool = option(
         False, cli_default=True, help_rank=130, setting=_when_on(),
         help='never repeat a word (or a span of up to 4 tokens starting a word) right away, as in "Blue Blue" '
@@ -342,6 +365,11 @@ class DecodeConfig:
         help="end a response at its first line break after some text: in the plain prompt layout a line is a "
         "turn, and a model without a chat template goes on after its answer with lines of its own; auto: only "
         "when no chat template is used (default {default})")
+    keep_copied_numbers: bool = option(
+        False, cli_default=True, help_rank=145, setting=_when_on(),
+        help='where a response copies the prompt word for word up to a number, only the prompt\'s number may '
+        'follow ("from 9 am to" goes on "8 pm" when the document says "from 9 am to 8 pm"), and a copied number '
+        "goes on to its last digit; a response that is not copying is free (default: {default})")
     trim_unfinished: bool = option(
         False, help_rank=170, setting=_when_on(),
         help="when --max-new-tokens cuts a response mid-sentence, drop that unfinished sentence if a finished "
@@ -474,7 +502,8 @@ class DecodeConfig:
         """The options of :func:`~pmi_decode.pmi_generate` / :class:`~pmi_decode.PMIDecode`."""
         alpha, p = resolve_alpha(self.alpha, self.p)
         return dict(alpha=alpha, p=p, normalize=self.normalize_scores, conditional_end=self.conditional_end,
-                    plausibility=float(self.plausibility))
+                    plausibility=float(self.plausibility),
+                    pmi_cap=math.inf if self.pmi_cap is None else float(self.pmi_cap))
 
     @property
     def hypotheses_per_dialogue(self) -> int:
@@ -509,11 +538,14 @@ class DecodeConfig:
             return not use_chat_template_for(tokenizer, is_encoder_decoder, self.chat_template)
         return bool(self.end_at_line_break)
 
-    def response_guards(self, tokenizer, model=None) -> Callable[[int], list]:
-        """``guards(response_start)``: the guards that read the response alone, for a batch
-        whose responses start at ``response_start`` in the decoder's ``input_ids``. Made once per
+    def response_guards(self, tokenizer, model=None) -> Callable[..., list]:
+        """``guards(response_start, sources=None)``: the guards that read the response, for a
+        batch whose responses start at ``response_start`` in the decoder's ``input_ids``;
+        ``sources``, each dialogue's prompt as token ids without padding, is what
+        ``keep_copied_numbers`` compares the response with (needed when it is on). Made once per
         run (the sentence-case guard reads the vocabulary once). ``model``: where the end token
         and the architecture come from (needed for ``end_at_line_break``)."""
+        from .copied_numbers import CopiedNumberGuard
         from .guards import EndAtLineBreak, ResponseNoImmediateRepeat, ResponseNoRepeatNGram, SentenceCaseGuard
 
         sentence_case = SentenceCaseGuard(tokenizer, 0).for_width if self.capitalize_sentences else None
@@ -530,8 +562,12 @@ class DecodeConfig:
                                      "config nor the tokenizer names one")
                 line_break = EndAtLineBreak(tokenizer, 0, eos).at  # reads the vocabulary once
 
-        def guards(response_start: int) -> list:
+        def guards(response_start: int, sources=None) -> list:
             out = []
+            if self.keep_copied_numbers:
+                if sources is None:
+                    raise ValueError("keep_copied_numbers needs each dialogue's prompt: guards(response_start, sources)")
+                out.append(CopiedNumberGuard(tokenizer, response_start, sources))
             if self.response_no_repeat_ngram_size:
                 out.append(ResponseNoRepeatNGram(self.response_no_repeat_ngram_size, response_start, tokenizer))
             if self.block_immediate_repeats:

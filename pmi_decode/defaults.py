@@ -12,3 +12,7 @@ P = 0.9
 #: The plausibility head: PMI re-ranks only tokens at least this share as probable as the
 #: conditional top token (:func:`pmi_decode.processor.plausible_mask`).
 PLAUSIBILITY = 0.1
+#: The PMI cap, in nats: the PMI term counts at most this much, so the tokens the document
+#: supports gain alike and the model reading the document ranks them (``None``: no cap).
+#: Chosen on our factual dialogues among 1 and 2 (and 2 at alpha 0.5): docs/decoding.md, "The PMI cap".
+PMI_CAP = 2.0

@@ -30,6 +30,7 @@ from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
 from .model_calls import cache_keyword, model_device, prefill
 from .processor import PMIDecode
+from .validation import validate_pmi_cap
 
 logger = logging.getLogger(__name__)
 
@@ -439,7 +440,7 @@ def paired_path_blocker(model, inputs, **generate_kwargs) -> str | None:
 
 def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, paired: bool | None = None,
                  share_prompt: bool = True, normalize: bool = False, conditional_end: bool = False,
-                 plausibility: float | None = None, **generate_kwargs):
+                 plausibility: float | None = None, pmi_cap: float | None = None, **generate_kwargs):
     """Generate with PMI-Decode; returns what ``generate`` returns for the conditional rows.
 
     Args:
@@ -451,6 +452,8 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
         plausibility: PMI re-ranks only tokens at least this share as probable as the
             conditional top token (see :class:`~pmi_decode.PMIDecode`); ``None``:
             :data:`pmi_decode.defaults.PLAUSIBILITY`; ``0`` is the paper's score.
+        pmi_cap: the most the PMI term may count, in nats (see :class:`~pmi_decode.PMIDecode`);
+            ``None``: :data:`pmi_decode.defaults.PMI_CAP`; ``math.inf`` is the paper's score.
         paired: ``None`` picks the paired path whenever it is exact (greedy and beam search, with
             the options as ``OPTIONS`` classifies them, after merging the configuration as
             ``generate`` does) and the separate-cache path otherwise;
@@ -475,6 +478,7 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     """
     alpha, p = resolve_alpha(alpha, p)
     plausibility = defaults.PLAUSIBILITY if plausibility is None else plausibility
+    pmi_cap = validate_pmi_cap(defaults.PMI_CAP if pmi_cap is None else pmi_cap)
     cond, uncond = _unpack(inputs)
     kwargs = dict(generate_kwargs)
     user_processors = kwargs.get("logits_processor")
@@ -501,8 +505,9 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
         one_row_each = ((config.num_beams or 1) == 1 and not config.output_scores
                         and not isinstance(alpha, AdaptiveAlpha))
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
-                         conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=one_row_each or None,
-                         plausibility=plausibility, defer_single_token=one_row_each)
+                         conditional_end=conditional_end, eos_token_id=ends,
+                         nucleus_projection=(one_row_each and pmi_cap is None) or None,
+                         plausibility=plausibility, defer_single_token=one_row_each, pmi_cap=pmi_cap)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
         if (share_prompt and "past_key_values" not in kwargs and "cache" not in kwargs
                 and config.cache_implementation is None):
@@ -516,7 +521,7 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     if isinstance(pad_id, (list, tuple)):
         pad_id = pad_id[0]
     proc = PMIDecode(alpha, p, normalize=normalize, conditional_end=conditional_end, eos_token_id=ends,
-                     plausibility=plausibility)
+                     plausibility=plausibility, pmi_cap=pmi_cap)
     joint = proc.stack({"conditional": cond, "unconditional": uncond}, model, pad_token_id=pad_id)
     decoder_length = 1 if enc_dec else joint["input_ids"].shape[1]
     proc.conditional_processors = plan.conditional_processors(model, cond, decoder_length, user_processors)

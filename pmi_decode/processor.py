@@ -41,6 +41,7 @@ from .scores import conditional_end_scores as _conditional_end_scores, nucleus_m
 from .scores import plausible_mask as _plausible_mask, pmi_scores as _pmi_scores
 from .scores import pmi_candidates as _pmi_candidates, single_candidate_scores as _single_candidate_scores
 from .validation import validate_alpha_p as _validate_alpha_p, validate_plausibility as _validate_plausibility
+from .validation import validate_pmi_cap as _validate_pmi_cap
 
 __all__ = ["PMIDecode"]
 
@@ -133,6 +134,11 @@ class PMIDecode(LogitsProcessor):
             mode. ``False``: always the full projection. The projection stays full for a step
             whose nucleus union covers more than half of the vocabulary, and for models whose
             head cannot be restricted exactly (see :mod:`pmi_decode.projection`).
+        pmi_cap: nats, or ``None`` (default, the paper's score): the PMI term is clipped to at
+            most this (see :func:`~pmi_decode.scores.pmi_scores`), so the tokens the document
+            supports all gain the same and the conditional model ranks them; ``pmi_generate``
+            and ``pmi-decode generate`` default to :data:`pmi_decode.defaults.PMI_CAP`. Turns the
+            nucleus projection off (the projection's per-row constant would move the clip).
         defer_single_token: separate mode, greedy search and sampling: at a step where every row
             has a single candidate (the nucleus, limited by the plausibility head, holds one
             token), that token wins whatever the document-free distribution says, so the branch
@@ -196,9 +202,11 @@ class PMIDecode(LogitsProcessor):
         nucleus_projection: bool | None = None,
         plausibility: float = 0.0,
         defer_single_token: bool = False,
+        pmi_cap: float | None = None,
     ):
         self.alpha, self.p = resolve_alpha(alpha, p)
         self.plausibility = _validate_plausibility(plausibility)
+        self.pmi_cap = _validate_pmi_cap(pmi_cap)
         if nucleus_projection is not None and not isinstance(nucleus_projection, bool):
             raise ValueError(f"nucleus_projection must be None, True or False, got {nucleus_projection!r}")
         for name, flag in (("normalize", normalize), ("conditional_end", conditional_end)):
@@ -249,7 +257,7 @@ class PMIDecode(LogitsProcessor):
             conditional_end=self.conditional_end,
             eos_token_id=None if self._end_ids is None else self._end_ids.tolist(),
             nucleus_projection=self._requested_projection, plausibility=self.plausibility,
-            defer_single_token=self.defer_single_token,
+            defer_single_token=self.defer_single_token, pmi_cap=self.pmi_cap,
         )
         return _rebuild, (arguments,)
 
@@ -295,8 +303,11 @@ class PMIDecode(LogitsProcessor):
             if adaptive:
                 raise ValueError("nucleus_projection=True cannot be used with an adaptive alpha: its weight needs "
                                  "the whole document-free distribution, not the nucleus alone")
+            if self.pmi_cap is not None:
+                raise ValueError("nucleus_projection=True cannot be used with pmi_cap: the projected log-probs are "
+                                 "off by one constant per row, which moves where the cap clips")
             return True
-        if requested is False or self.paired or adaptive:
+        if requested is False or self.paired or adaptive or self.pmi_cap is not None:
             return False
         # conditional_end without normalize keeps each row's PMI total, which the constant shifts
         return self.normalize
@@ -449,7 +460,8 @@ class PMIDecode(LogitsProcessor):
         if self.alpha == 0.0 and self.p >= 1.0 and not self.normalize:
             return scores
         lp_u = unconditional_log_probs() if self.alpha != 0.0 else None
-        return _pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends(), self.plausibility)
+        return _pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends(), self.plausibility,
+                           pmi_cap=self.pmi_cap)
 
     def _deferring_score(self, scores: torch.Tensor, unconditional_log_probs) -> torch.Tensor:
         """:meth:`_score` with ``defer_single_token``: the candidates first; where every row has a
@@ -461,7 +473,7 @@ class PMIDecode(LogitsProcessor):
         if lp_u is None:
             return _single_candidate_scores(*candidates, self.normalize, self._ends())
         return _pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends(), self.plausibility,
-                           candidates)
+                           candidates, pmi_cap=self.pmi_cap)
 
     def _ends(self) -> torch.Tensor | None:
         if not self.conditional_end:

@@ -163,7 +163,8 @@ def single_candidate_scores(lp_c: torch.Tensor, keep: torch.Tensor, normalize: b
 
 def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float, normalize: bool = False,
                end_ids: torch.Tensor | None = None, plausibility: float = 0.0,
-               candidates: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+               candidates: tuple[torch.Tensor, torch.Tensor] | None = None,
+               pmi_cap: float | None = None) -> torch.Tensor:
     """The PMI-Decode score from the conditional scores (any logits or log-probs) and the
     unconditional log-probs; -inf outside the nucleus. ``alpha`` is a float or an
     :class:`~pmi_decode.adaptive.AdaptiveAlpha` (one weight per row, from both distributions).
@@ -189,6 +190,13 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
     token it finds unlikely only because the document-free model finds it even less likely (a
     number or name from another sentence of the document). With alpha 0 it has no effect.
 
+    ``pmi_cap`` (nats, or None): the PMI term is clipped to at most this, so every token the
+    document makes at least exp(cap) times likelier gains the same and the conditional model
+    alone ranks them. PMI tells whether the document supports a token; uncapped, it also ranks
+    the supported tokens by how unlikely they are without the document, which is not which one
+    answers: a number or name from another sentence of the document outbids the answer.
+    Tokens the document makes less likely keep their whole (negative) PMI.
+
     ``candidates``: what :func:`pmi_candidates` returned for these ``scores``, ``p`` and
     ``plausibility``, where the caller already computed it (the PMI term must be on)."""
     pmi_on = lp_u is not None and (torch.is_tensor(alpha) or isinstance(alpha, AdaptiveAlpha) or alpha != 0.0)
@@ -207,7 +215,10 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
         some = usable.any(dim=-1, keepdim=True)
         keep = torch.where(some, usable, keep)
         lp_u = torch.where(known, lp_u, torch.zeros_like(lp_u))
-        combined = torch.where(some, (1.0 - alpha) * lp_c + alpha * (lp_c - lp_u), lp_c)
+        pmi = lp_c - lp_u
+        if pmi_cap is not None:
+            pmi = pmi.clamp(max=pmi_cap)
+        combined = torch.where(some, (1.0 - alpha) * lp_c + alpha * pmi, lp_c)
     out = torch.where(keep, combined, torch.full_like(combined, -math.inf))
     if end_ids is not None:
         return conditional_end_scores(lp_c, out, end_ids, normalize)

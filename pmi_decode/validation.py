@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from numbers import Real
 
-__all__ = ["validate_alpha_p", "validate_plausibility"]
+__all__ = ["validate_alpha_p", "validate_plausibility", "validate_pmi_cap"]
 
 
 def _is_number(value) -> bool:
@@ -31,4 +31,14 @@ def validate_plausibility(value) -> float:
     """Check the plausibility head's share in [0, 1); the message names the argument."""
     if not _is_number(value) or not 0.0 <= value < 1.0:
         raise ValueError(f"plausibility must be a number in [0, 1) (0 = off), got {value!r}")
+    return float(value)
+
+
+def validate_pmi_cap(value) -> float | None:
+    """Check the PMI cap: a positive number of nats; ``None`` or ``math.inf`` is no cap (the
+    paper's score), returned as ``None``."""
+    if value is None or (_is_number(value) and value == math.inf):
+        return None
+    if not _is_number(value) or not 0.0 < value < math.inf:
+        raise ValueError(f"pmi_cap must be a positive number of nats (None or inf: no cap), got {value!r}")
     return float(value)

@@ -37,3 +37,4 @@ def _paper_score_defaults(request, monkeypatch):
         import pmi_decode.defaults
 
         monkeypatch.setattr(pmi_decode.defaults, "PLAUSIBILITY", 0.0)
+        monkeypatch.setattr(pmi_decode.defaults, "PMI_CAP", None)

@@ -15,8 +15,8 @@ from transformers import LogitsProcessor
 
 class ReferencePMIDecode(LogitsProcessor):
     def __init__(self, alpha, p, *, model, unconditional_ids: list[list[int]], conditional_prompt_length: int,
-                 plausibility: float = 0.0):
-        self.alpha, self.p, self.plausibility = alpha, p, plausibility
+                 plausibility: float = 0.0, pmi_cap: float | None = None):
+        self.alpha, self.p, self.plausibility, self.pmi_cap = alpha, p, plausibility, pmi_cap
         self.model = model
         self.unconditional_ids = unconditional_ids
         self.prompt_length = conditional_prompt_length
@@ -64,7 +64,10 @@ class ReferencePMIDecode(LogitsProcessor):
                 # the plausibility head, where the PMI term is on: at least that share of the top token
                 if self.plausibility and self.alpha != 0 and math.exp(lp_c[r, v].item() - top) < self.plausibility:
                     continue
-                out[r, v] = (1 - alpha) * lp_c[r, v] + alpha * (lp_c[r, v] - lp_u[v])
+                pmi = lp_c[r, v] - lp_u[v]
+                if self.pmi_cap is not None:
+                    pmi = min(pmi, torch.tensor(self.pmi_cap, dtype=pmi.dtype))  # the document's support, capped
+                out[r, v] = (1 - alpha) * lp_c[r, v] + alpha * pmi
             best = out[r].topk(min(2, out.shape[-1])).values.tolist()
             if len(best) == 2 and math.isfinite(best[1]):
                 self.gaps.append(best[0] - best[1])

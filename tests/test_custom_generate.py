@@ -210,3 +210,26 @@ def test_the_decoding_loop_uses_pmi_generates_defaults():
     torch.manual_seed(0)
     entry = hub_generate(model, **inputs["conditional"], unconditional_inputs=inputs["unconditional"], **kwargs)
     assert torch.equal(loop, want) and torch.equal(entry, want)
+
+
+def test_the_entries_take_the_plausibility_head_and_the_cap():
+    """Both entries pass ``plausibility`` and ``pmi_cap`` on: what pmi_generate decodes with them
+    (a cap low enough to clip a tiny model's PMI, so a dropped one would show)."""
+    from pmi_decode.custom_generate import generate as hub_generate
+    from pmi_decode.custom_generate import pmi_decoding_loop
+
+    model, inputs = setup("llama")
+    options = dict(plausibility=0.2, pmi_cap=0.05)
+    kwargs = dict(max_new_tokens=8, min_new_tokens=4, num_beams=2)
+    torch.manual_seed(0)
+    want = pmi_generate(model, inputs, **options, **kwargs)
+    torch.manual_seed(0)
+    uncapped = pmi_generate(model, inputs, plausibility=0.2, **kwargs)
+    torch.manual_seed(0)
+    loop = model.generate(**inputs["conditional"], custom_generate=pmi_decoding_loop,
+                          unconditional_inputs=inputs["unconditional"], **options, **kwargs)
+    torch.manual_seed(0)
+    entry = hub_generate(model, **inputs["conditional"], unconditional_inputs=inputs["unconditional"], **options,
+                         **kwargs)
+    assert not torch.equal(want, uncapped)
+    assert torch.equal(loop, want) and torch.equal(entry, want)

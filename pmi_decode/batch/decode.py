@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Collection, Iterable, Iterator, Sequence
@@ -332,17 +333,17 @@ def _batch_seed(seed: int, ids: Sequence) -> int:
 
 
 def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False, conditional_end=False,
-                   plausibility=0.0):
+                   plausibility=0.0, pmi_cap=math.inf):
     try:
         from ..generation import pmi_generate
     except ImportError:
         pmi_generate = None
     if pmi_generate is not None:
         out = pmi_generate(model, inputs, alpha=alpha, p=p, normalize=normalize, conditional_end=conditional_end,
-                           plausibility=plausibility, **generate_kwargs)
+                           plausibility=plausibility, pmi_cap=pmi_cap, **generate_kwargs)
         return out.sequences if hasattr(out, "sequences") else out
     processor = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"], normalize=normalize,
-                          conditional_end=conditional_end, plausibility=plausibility)
+                          conditional_end=conditional_end, plausibility=plausibility, pmi_cap=pmi_cap)
     kwargs = dict(generate_kwargs)
     processors = list(kwargs.pop("logits_processor", None) or []) + [processor]
     return model.generate(**inputs["conditional"], logits_processor=processors, **kwargs)
@@ -480,7 +481,9 @@ def decode_records(
             num_truncated += inputs["num_truncated"]
             prompt_len = inputs["conditional"]["input_ids"].shape[1]
             # The decoder's input_ids: the padded prompt (decoder-only) or the start token.
-            guards = response_guards(1 if enc_dec else prompt_len)
+            conditional = inputs["conditional"]
+            sources = [ids[mask.bool()].tolist() for ids, mask in zip(conditional["input_ids"], conditional["attention_mask"])]
+            guards = response_guards(1 if enc_dec else prompt_len, sources)
             batch_kwargs = generate_kwargs
             if guards:
                 batch_kwargs = dict(generate_kwargs, logits_processor=[*guards, *generate_kwargs["logits_processor"]])

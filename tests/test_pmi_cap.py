@@ -1,0 +1,121 @@
+"""The PMI cap (PMIDecode(pmi_cap=...)): the PMI term counts at most the cap, so the tokens the
+document supports gain alike and the conditional model ranks them. Exact against the slow
+reference in every mode, both architectures and both pmi_generate paths."""
+
+import math
+
+import pytest
+import torch
+from test_processor import MODES, generate, reference, setup
+
+from pmi_decode import PMIDecode, pmi_generate, pmi_scores
+from pmi_decode.cli import build_parser
+
+# Tiny random models' PMI values are a fraction of a nat: a cap this low clips many of them.
+CAP = 0.05
+
+
+def _capped(model, inputs, cap, plausibility=0.0):
+    ref = reference(model, inputs, 0.5, 0.9)
+    ref.pmi_cap, ref.plausibility = cap, plausibility
+    return ref
+
+
+@pytest.mark.parametrize("kind", ["bart", "llama"])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_cap_matches_reference(kind, mode):
+    model, inputs = setup(kind)
+    fast = generate(model, inputs, [PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"],
+                                              pmi_cap=CAP)], mode)
+    slow = generate(model, inputs, [_capped(model, inputs, CAP)], mode)
+    assert torch.equal(fast, slow)
+
+
+@pytest.mark.parametrize("kind", ["bart", "llama"])
+def test_the_cap_changes_tokens(kind):
+    # otherwise the comparisons with the reference would pass with the cap removed
+    model, inputs = setup(kind)
+    runs = [generate(model, inputs, [PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"],
+                                               pmi_cap=cap)], mode)
+            for mode in ("greedy", "beam") for cap in (None, CAP)]
+    assert not torch.equal(runs[0], runs[1]) or not torch.equal(runs[2], runs[3])
+
+
+@pytest.mark.parametrize("kind", ["bart", "llama"])
+@pytest.mark.parametrize("paired,mode", [(True, "greedy"), (True, "beam"), (False, "greedy"), (False, "beam"),
+                                          (False, "sampling")])
+def test_pmi_generate_paths(kind, paired, mode):
+    """Both paths, with the plausibility head too; sampling (separate path only) is where
+    pmi_generate would turn the nucleus projection on, which a cap must keep off (its per-row
+    constant would move the clip)."""
+    model, inputs = setup(kind)
+    slow = generate(model, inputs, [_capped(model, inputs, CAP, 0.2)], mode)
+    torch.manual_seed(0)
+    fast = pmi_generate(model, inputs, alpha=0.5, p=0.9, plausibility=0.2, pmi_cap=CAP, paired=paired,
+                        max_new_tokens=8, min_new_tokens=4, **MODES[mode])
+    assert torch.equal(fast, slow)
+
+
+def test_scores_clip_the_pmi_term_only():
+    scores = torch.randn(3, 50, dtype=torch.float64)
+    lp_u = torch.log_softmax(torch.randn(3, 50, dtype=torch.float64) * 4, dim=-1)
+    lp_c = torch.log_softmax(scores, dim=-1)
+    capped = pmi_scores(scores, lp_u, 0.4, 1.0, pmi_cap=0.5)
+    assert torch.allclose(capped, 0.6 * lp_c + 0.4 * (lp_c - lp_u).clamp(max=0.5))
+    assert bool(((lp_c - lp_u) > 0.5).any()) and bool(((lp_c - lp_u) < 0.5).any())  # both sides of the cap
+    assert torch.equal(pmi_scores(scores, lp_u, 0.4, 1.0, pmi_cap=None), pmi_scores(scores, lp_u, 0.4, 1.0))
+    # at alpha 0 the cap changes nothing
+    assert torch.equal(pmi_scores(scores, lp_u, 0.0, 0.9, pmi_cap=0.5), pmi_scores(scores, lp_u, 0.0, 0.9))
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), True, "2"])
+def test_bad_values_refused(bad):
+    with pytest.raises(ValueError, match="pmi_cap must be a positive number of nats"):
+        PMIDecode(0.5, 0.9, pmi_cap=bad)
+    model, inputs = setup("llama")
+    with pytest.raises(ValueError, match="pmi_cap must be a positive number of nats"):
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, pmi_cap=bad, max_new_tokens=2)
+
+
+def test_infinite_cap_is_the_papers_score():
+    assert PMIDecode(0.5, 0.9, pmi_cap=math.inf).pmi_cap is None
+    model, inputs = setup("llama")
+    slow = generate(model, inputs, [reference(model, inputs, 0.5, 0.9)], "beam")
+    fast = pmi_generate(model, inputs, alpha=0.5, p=0.9, pmi_cap=math.inf, max_new_tokens=8, min_new_tokens=4,
+                        **MODES["beam"])
+    assert torch.equal(fast, slow)
+
+
+def test_cap_refuses_the_nucleus_projection():
+    model, inputs = setup("llama")
+    with pytest.raises(ValueError, match="nucleus_projection=True cannot be used with pmi_cap"):
+        PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"], pmi_cap=1.0,
+                  nucleus_projection=True)
+    auto = PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"], pmi_cap=1.0, normalize=True)
+    assert auto.nucleus_projection is False
+
+
+@pytest.mark.real_defaults
+def test_defaults_and_flag():
+    from pmi_decode import defaults
+    from pmi_decode.batch.decode import decode_settings
+
+    parse = lambda *extra: build_parser().parse_args(["generate", "--input", "x", "--output", "y", *extra])  # noqa: E731
+    assert parse().pmi_cap == defaults.PMI_CAP
+    assert parse("--pmi-cap", "none").pmi_cap is None and parse("--pmi-cap", "1.5").pmi_cap == 1.5
+    with pytest.raises(SystemExit):
+        parse("--pmi-cap", "0")
+    base = dict(alpha=0.5, p=0.9, num_beams=4, do_sample=False, max_new_tokens=8, seed=0)
+    assert "pmi_cap" not in decode_settings(**base)
+    assert decode_settings(**base, pmi_cap=1.5)["pmi_cap"] == 1.5
+
+
+@pytest.mark.real_defaults
+def test_pmi_generate_default_is_the_shipped_cap():
+    from pmi_decode import defaults
+
+    model, inputs = setup("llama")
+    slow = generate(model, inputs, [_capped(model, inputs, defaults.PMI_CAP, defaults.PLAUSIBILITY)], "greedy")
+    torch.manual_seed(0)
+    fast = pmi_generate(model, inputs, alpha=0.5, p=0.9, max_new_tokens=8, min_new_tokens=4)
+    assert torch.equal(fast, slow)
