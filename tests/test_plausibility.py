@@ -16,29 +16,38 @@ from pmi_decode.scores import plausible_mask
 BETA = 0.3
 
 
-def _with_head(model, inputs, beta):
+# The score's two limits on the PMI term: the plausibility head, and the PMI cap (tiny random
+# models' PMI values are a fraction of a nat, so a cap this low clips many of them).
+LIMITS = {"plausibility": BETA, "pmi_cap": 0.05}
+
+
+def _with_head(model, inputs, beta, **limits):
     ref = reference(model, inputs, 0.5, 0.9)
     ref.plausibility = beta
+    for name, value in limits.items():
+        setattr(ref, name, value)
     return ref
 
 
 @pytest.mark.parametrize("kind", ["bart", "llama"])
 @pytest.mark.parametrize("mode", list(MODES))
-def test_plausibility_matches_reference(kind, mode):
+@pytest.mark.parametrize("limit", list(LIMITS))
+def test_each_limit_matches_reference(kind, mode, limit):
     model, inputs = setup(kind)
     fast = generate(model, inputs, [PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"],
-                                              plausibility=BETA)], mode)
-    slow = generate(model, inputs, [_with_head(model, inputs, BETA)], mode)
+                                              **{limit: LIMITS[limit]})], mode)
+    slow = generate(model, inputs, [_with_head(model, inputs, 0.0, **{limit: LIMITS[limit]})], mode)
     assert torch.equal(fast, slow)
 
 
 @pytest.mark.parametrize("kind", ["bart", "llama"])
-def test_the_head_changes_tokens(kind):
-    # otherwise the comparisons above would pass with the head removed
+@pytest.mark.parametrize("limit", list(LIMITS))
+def test_each_limit_changes_tokens(kind, limit):
+    # otherwise the comparisons above would pass with the limit removed
     model, inputs = setup(kind)
     runs = [generate(model, inputs, [PMIDecode(0.5, 0.9, model=model, unconditional_inputs=inputs["unconditional"],
-                                               plausibility=beta)], mode)
-            for mode in ("greedy", "beam") for beta in (0.0, BETA)]
+                                               **options)], mode)
+            for mode in ("greedy", "beam") for options in ({}, {limit: LIMITS[limit]})]
     assert not torch.equal(runs[0], runs[1]) or not torch.equal(runs[2], runs[3])
 
 
