@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def test_good_values_are_kept_as_given():
     config = DecodeConfig(alpha="adaptive", p=1, repetition_penalty=2, plausibility=0, seed=None, chat_template=False)
     assert (config.alpha, config.p, config.repetition_penalty, config.seed) == ("adaptive", 1, 2, None)
     assert config.processor_options() == dict(alpha=config.processor_options()["alpha"], p=1.0, normalize=False,
-                                              conditional_end=False, plausibility=0.0)
+                                              conditional_end=False, plausibility=0.0, pmi_cap=math.inf)
     assert alpha_setting(config.processor_options()["alpha"]) == "adaptive:1:0.5"
 
 
@@ -168,8 +169,11 @@ def test_the_commands_settings_are_those_written_before():
         response_no_repeat_ngram_size=3, conditional_end=True, block_immediate_repeats=True,
         capitalize_sentences=True, plausibility=defaults.PLAUSIBILITY, dtype=None)
     now = config.settings(model_name="m", dtype=None)
-    # the one command default added since: responses end at a line break when no chat template is used
+    # the command defaults added since: responses end at a line break when no chat template is used,
+    # copied numbers stay whole, and the PMI cap (off in the tests' paper setting)
     assert now.pop("end_at_line_break") == "auto"
+    assert now.pop("keep_copied_numbers") is True
+    assert now.pop("pmi_cap", None) == defaults.PMI_CAP
     assert json.dumps(now) == json.dumps(old)
 
 
