@@ -72,7 +72,7 @@ def test_generate_writes_one_complete_record_per_dialogue(tmp_path, llama_dir):
                                    "max_input_length": None, "max_history_turns": None, "chat_template": None,
                                    "block_layout_markers": "markers+line_start+control_tokens", "response_no_repeat_ngram_size": "3+numbers_exempt",
                                    "conditional_end": True, "block_immediate_repeats": True, "capitalize_sentences": True,
-                                   "end_at_line_break": "auto", "dtype": None}
+                                   "keep_copied_numbers": True, "end_at_line_break": "auto", "dtype": None}
 
 
 def test_without_compare_there_is_no_plain_response(tmp_path, llama_dir):

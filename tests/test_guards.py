@@ -672,8 +672,8 @@ def test_auto_ends_at_line_breaks_only_without_a_chat_template():
     assert auto.replace(chat_template=False).ends_at_line_break(chat, is_encoder_decoder=False)  # template off
     assert "end_at_line_break" not in DecodeConfig().settings()  # off: files decoded before still resume
     model = tiny_model("llama")
-    assert [type(g).__name__ for g in auto.response_guards(plain, model)(4)][-1] == "EndAtLineBreak"
-    assert "EndAtLineBreak" not in [type(g).__name__ for g in auto.response_guards(chat, model)(4)]
+    assert [type(g).__name__ for g in auto.response_guards(plain, model)(4, [[1, 2]])][-1] == "EndAtLineBreak"
+    assert "EndAtLineBreak" not in [type(g).__name__ for g in auto.response_guards(chat, model)(4, [[1, 2]])]
 
 
 def test_the_line_break_flag_shows_its_default_word(capsys):
