@@ -86,7 +86,6 @@ def layout_markers(format=None, tokenizer=None) -> list[str]:
     return sorted({m.strip() for m in markers if m and m.strip()})
 
 
-@functools.lru_cache(maxsize=8)
 @functools.lru_cache(maxsize=4)
 def _token_texts(tokenizer) -> tuple[str, ...]:
     """Every token's text, read once per tokenizer (a 262k vocabulary takes seconds to decode,
