@@ -81,7 +81,10 @@ def _generate_args(args, inp: Path, out: Path, plain: bool) -> list[str]:
     argv = ["generate", "--model", args.model, "--input", str(inp), "--output", str(out), "--quiet",
             "--num-beams", str(args.num_beams), "--max-new-tokens", str(args.max_new_tokens),
             "--batch-size", str(args.batch_size)]
-    return argv + (["--alpha", "0", "--p", "1"] if plain else ["--alpha", str(args.alpha), "--p", str(args.p)])
+    argv += [f"--{key}={getattr(args, key)}" for key in ("device", "dtype") if getattr(args, key)]
+    if plain:
+        return argv + ["--alpha", "0", "--p", "1"]
+    return argv + ([] if args.cli_defaults else ["--alpha", str(args.alpha), "--p", str(args.p)])
 
 
 def end_to_end(args, inp: Path, work: Path) -> dict:
@@ -321,6 +324,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="topicalchat", choices=list(DIALOGUE_SPLITS))
     parser.add_argument("--data-dir", default=None, help="default: shared/data/<dataset> above the checkout")
+    parser.add_argument("--input", default=None,
+                        help="dialogues as generate input records (JSON lines) instead of the data set's split, "
+                             "e.g. benchmarks/fixtures/topicalchat_valid_rare_100.jsonl where the data folder is absent")
+    parser.add_argument("--device", default=None, help="generate's --device (default: its own choice)")
+    parser.add_argument("--dtype", default=None, help="generate's --dtype")
+    parser.add_argument("--cli-defaults", action="store_true",
+                        help="the PMI-Decode run takes the command's own defaults instead of --alpha and --p")
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--dialogues", type=int, default=8, help="size of the timed random sample")
     parser.add_argument("--num-beams", type=int, default=4)
@@ -345,16 +355,19 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    data_dir = Path(args.data_dir) if args.data_dir else shared_data_dir(args.dataset, ROOT)
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
     from pmi_decode.models import load_model_and_tokenizer
 
-    model, tokenizer = load_model_and_tokenizer(args.model)
-    records = real_dialogue_records(args.dataset, data_dir)
+    model, tokenizer = load_model_and_tokenizer(args.model, device=args.device, dtype=args.dtype)
+    if args.input:
+        records = [json.loads(line) for line in open(args.input) if line.strip()]
+    else:
+        data_dir = Path(args.data_dir) if args.data_dir else shared_data_dir(args.dataset, ROOT)
+        records = real_dialogue_records(args.dataset, data_dir)
     sample = random.Random(args.seed).sample(records, min(args.dialogues, len(records)))
-    result = {"meta": {"dataset": args.dataset, "model": args.model, "torch": torch.__version__,
+    result = {"meta": {"dataset": args.input or args.dataset, "model": args.model, "torch": torch.__version__,
                        "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "args": vars(args),
                        "load_avg_at_start": os.getloadavg()}}
     limit = model.config.max_position_embeddings - args.max_new_tokens

@@ -9,14 +9,17 @@ Methods (each row of the table):
   plain-2x-rows  model.generate on the batch stacked on itself: what twice the rows cost, the
              floor of a path that runs both branches as one batch
   separate   PMIDecode(alpha, p, model=..., unconditional_inputs=...): its own KV cache
+  default    pmi_generate as a user calls it (its defaults pick the path: paired in greedy and beam
+             search, separate with deferral in sampling modes); the issue's targets are on this row
   paired     pmi_generate: both branches in one batch (greedy, beam search; sampling modes fall back)
   *-prompt-once  decoder-only beam modes: the prompt runs once per dialogue, not once per beam
              (pmi_generate's default, share_prompt=True; for plain decoding, prompt_cache)
   recompute  a processor that re-runs the whole unconditional prefix every step (no cache)
   cfg        transformers' UnbatchedClassifierFreeGuidanceLogitsProcessor (decoder-only, greedy)
 
-Models have random weights built from configs of the real sizes (BART-base, GPT-2 small); the
-embedded SmolLM2 model is real. Inputs are random token ids with the mean lengths of the paper's
+Models have random weights built from configs of the real sizes (BART-base and -large, GPT-2 small,
+a Llama shaped like SmolLM2-1.7B or -135M: ``REAL_SIZES``), in ``--dtype``; the embedded SmolLM2
+model is real. ``--doc-tokens`` sets the document length in tokens instead of the data set's mean. Inputs are random token ids with the mean lengths of the paper's
 data sets (document / history / response words, times 1.3 tokens per word), rows of slightly
 different lengths so padding is exercised. Output lengths are forced equal
 (min_new_tokens = max_new_tokens). Each method runs once to warm up, then ``--repeats`` times
@@ -43,6 +46,7 @@ from pmi_decode.model_calls import cache_keyword
 
 MODES = {
     "greedy": dict(),
+    "sampling": dict(do_sample=True),
     "beam": dict(num_beams=4),
     "beam_sampling": dict(num_beams=4, do_sample=True),
 }
@@ -128,6 +132,7 @@ def runners(model, inputs, mode: str, alpha: float, p: float, new_tokens: int):
     # The paired path's floor: plain decoding of twice the rows (the batch stacked on itself).
     double = {key: torch.cat([value, value]) for key, value in cond.items()}
     out["plain-2x-rows"] = lambda: model.generate(**double, **kwargs)
+    out["default"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, **kwargs)
     if not MODES[mode].get("do_sample"):
         out["paired"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=True, **kwargs)
     beams = MODES[mode].get("num_beams", 1)
@@ -152,8 +157,8 @@ def runners(model, inputs, mode: str, alpha: float, p: float, new_tokens: int):
     return out
 
 
-def run_case(model, model_name, dataset, mode, batch, args) -> list[dict]:
-    inputs = random_dialogue_inputs(model, dataset, batch, args.device)
+def run_case(model, model_name, dataset, mode, batch, args, doc_tokens=None) -> list[dict]:
+    inputs = random_dialogue_inputs(model, dataset, batch, args.device, doc_tokens=doc_tokens)
     methods = runners(model, inputs, mode, args.alpha, args.p, args.new_tokens)
     if args.methods:
         methods = {k: v for k, v in methods.items() if k in args.methods or k == "plain"}
@@ -178,23 +183,40 @@ def run_case(model, model_name, dataset, mode, batch, args) -> list[dict]:
                     torch.cuda.synchronize()
                 times[name].append(time.perf_counter() - start)
     plain = statistics.median(times["plain"])
+    prompt = inputs["conditional"]["input_ids"].shape[1]
     rows = []
     for name in methods:
         wall = statistics.median(times[name])
         rows.append({
-            "model": model_name, "data": dataset, "mode": mode, "batch": batch, "method": name,
-            "new_tokens": args.new_tokens, "wall_s": wall, "tokens_per_s": generated[name] / wall,
-            "ratio_to_plain": wall / plain, "peak_added_mb": memory[name] / 2**20,
+            "model": model_name, "dtype": args.dtype, "data": dataset, "prompt_tokens": prompt, "mode": mode,
+            "batch": batch, "method": name, "new_tokens": args.new_tokens, "wall_s": wall,
+            "tokens_per_s": generated[name] / wall, "ratio_to_plain": wall / plain,
+            "peak_added_mb": memory[name] / 2**20, "memory_ratio": memory[name] / max(memory["plain"], 1),
+            "walls_s": times[name],
         })
     return rows
 
 
+def summary(rows: list[dict]) -> list[dict]:
+    """One entry per case: ``<method>_ratio`` (wall time over plain) and ``<method>_memory_ratio``."""
+    cases = {}
+    for r in rows:
+        key = (r["model"], r["dtype"], r["prompt_tokens"], r["mode"], r["batch"], r.get("logit_scale", 1.0))
+        entry = cases.setdefault(key, dict(zip(("model", "dtype", "prompt_tokens", "mode", "batch", "logit_scale"), key)))
+        name = r["method"].replace("-", "_")
+        entry[f"{name}_ratio"] = round(r["ratio_to_plain"], 3)
+        entry[f"{name}_memory_ratio"] = round(r["memory_ratio"], 3)
+    return list(cases.values())
+
+
 def markdown(rows: list[dict]) -> str:
-    head = "| model | logit scale | data | mode | batch | method | wall s | tokens/s | x plain | peak added MB |\n"
-    head += "|---|---:|---|---|---:|---|---:|---:|---:|---:|\n"
+    head = ("| model | dtype | logit scale | data | prompt tokens | mode | batch | method | wall s | tokens/s | x plain "
+            "| peak added MB | memory x plain |\n")
+    head += "|---|---|---:|---|---:|---|---:|---|---:|---:|---:|---:|---:|\n"
     body = "".join(
-        f"| {r['model']} | {r.get('logit_scale', 1.0):g} | {r['data']} | {r['mode']} | {r['batch']} | {r['method']} | {r['wall_s']:.3f} | "
-        f"{r['tokens_per_s']:.1f} | {r['ratio_to_plain']:.2f} | {r['peak_added_mb']:.0f} |\n"
+        f"| {r['model']} | {r['dtype']} | {r.get('logit_scale', 1.0):g} | {r['data']} | {r['prompt_tokens']} | {r['mode']} "
+        f"| {r['batch']} | {r['method']} | {r['wall_s']:.3f} | "
+        f"{r['tokens_per_s']:.1f} | {r['ratio_to_plain']:.2f} | {r['peak_added_mb']:.0f} | {r['memory_ratio']:.2f} |\n"
         for r in rows
     )
     return head + body
@@ -203,6 +225,10 @@ def markdown(rows: list[dict]) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--doc-tokens", nargs="+", type=int, default=[None],
+                        help="document lengths in tokens (default: the data set's mean)")
+    parser.add_argument("--name", default="decode_speed", help="file name of the results (<name>.json, .md)")
     parser.add_argument("--models", nargs="+", default=["bart-base", "gpt2-small"])
     parser.add_argument("--datasets", nargs="+", default=["faithdial"], choices=list(MEAN_WORDS))
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
@@ -220,18 +246,29 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    import transformers
+
+    meta = {"device": args.device, "torch": torch.__version__, "transformers": transformers.__version__,
+            "threads": torch.get_num_threads(), "args": vars(args)}
+    if args.device.startswith("cuda"):
+        meta["gpu"] = torch.cuda.get_device_name(args.device)
     rows = []
     for model_name in args.models:
         for scale in args.logit_scales if model_name != "embedded" else [1.0]:
-            model = random_weight_model(model_name, args.device, logit_scale=scale)
+            model = random_weight_model(model_name, args.device, logit_scale=scale, dtype=args.dtype)
             for dataset in args.datasets:
-                for mode in args.modes:
-                    for batch in args.batch_sizes:
-                        case = [dict(row, logit_scale=scale) for row in run_case(model, model_name, dataset, mode, batch, args)]
-                        rows.extend(case)
-                        print(markdown(case), flush=True)
-    meta = {"device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(), "args": vars(args)}
-    save_results(args.output_dir, "decode_speed", meta, rows, markdown(rows))
+                for doc_tokens in args.doc_tokens:
+                    for mode in args.modes:
+                        for batch in args.batch_sizes:
+                            case = [dict(row, logit_scale=scale)
+                                    for row in run_case(model, model_name, dataset, mode, batch, args, doc_tokens)]
+                            rows.extend(case)
+                            print(markdown(case), flush=True)
+                            # written after every case, so a run stopped part-way keeps what it measured
+                            save_results(args.output_dir, args.name, dict(meta, summary=summary(rows)), rows,
+                                         markdown(rows), quiet=True)
+            del model
+    save_results(args.output_dir, args.name, dict(meta, summary=summary(rows)), rows, markdown(rows))
 
 
 if __name__ == "__main__":

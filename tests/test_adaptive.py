@@ -24,7 +24,7 @@ class ReferenceAdaptivePMIDecode(ReferencePMIDecode):
         self.alphas = []
 
     def _row_alpha(self, lp_c_row, lp_u_row) -> float:
-        jsd = jensenshannon(lp_c_row.exp().double().numpy(), lp_u_row.exp().double().numpy(), base=2) ** 2
+        jsd = jensenshannon(lp_c_row.exp().double().cpu().numpy(), lp_u_row.exp().double().cpu().numpy(), base=2) ** 2
         alpha = self.rule.max_alpha * float(jsd) ** self.rule.exponent
         self.alphas.append(alpha)
         return alpha
@@ -222,7 +222,7 @@ class ReferenceCocoaPMIDecode(ReferenceAdaptivePMIDecode):
     def _row_alpha(self, lp_c_row, lp_u_row) -> float:
         import numpy as np
 
-        p, q = lp_c_row.exp().double().numpy(), lp_u_row.exp().double().numpy()
+        p, q = lp_c_row.exp().double().cpu().numpy(), lp_u_row.exp().double().cpu().numpy()
         divergence = 1.0 - float(np.sqrt(p * q).sum())
         top = np.sort(p)[::-1]
         alpha = self.rule.max_alpha * max(divergence, 0.0) ** self.rule.exponent * (1.0 - (top[0] - top[1]))

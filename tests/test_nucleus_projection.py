@@ -95,9 +95,11 @@ def slow_and_fast(kind, case):
 @pytest.mark.parametrize("kind", KINDS)
 def test_restricted_projection_equals_the_reference(kind, case):
     fast, slow, widths, vocab = slow_and_fast(kind, case)
+    assert torch.equal(fast, slow)
+    # the case must exercise the restricted projection (in sampling modes this depends on the
+    # draws, which differ between CPU and CUDA generators)
     assert any(w < vocab for w in widths), f"the restricted projection never ran: {widths}"
     assert all(w <= vocab // 2 or w == vocab for w in widths)
-    assert torch.equal(fast, slow)
 
 
 def test_bart_final_logits_bias_is_sliced_not_dropped():

@@ -15,6 +15,7 @@ __all__ = [
     "DATA_FOLDERS",
     "DIALOGUE_SPLITS",
     "MEAN_WORDS",
+    "REAL_SIZES",
     "TOKENS_PER_WORD",
     "random_dialogue_inputs",
     "random_weight_model",
@@ -39,33 +40,54 @@ DIALOGUE_SPLITS = {"topicalchat": "validation", "multidoc2dial": "validation"}
 DATA_FOLDERS = {"topicalchat": "topicalchat", "multidoc2dial": "multidoc2dial"}
 
 
-def random_weight_model(name: str, device: str, logit_scale: float = 1.0):
-    """A model for timing: ``bart-base`` or ``gpt2-small`` (random weights from a config of the real
-    size, seeded) or ``embedded`` (the real SmolLM2 model), in eval mode on ``device``.
+#: Configs of real sizes for the random-weight models (keyword arguments of each config class).
+#: ``llama-1.7b`` is shaped like SmolLM2-1.7B and ``smollm2-135m`` like the embedded SmolLM2-135M
+#: (both Llama architecture; their ``config.json`` on the hub); ``bart-large`` like facebook/bart-large.
+REAL_SIZES = {
+    "bart-base": ("bart", dict(d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+                               decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072,
+                               vocab_size=50265)),
+    "bart-large": ("bart", dict(d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+                                decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096,
+                                vocab_size=50265)),
+    "gpt2-small": ("gpt2", dict()),
+    "llama-1.7b": ("llama", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                                 num_attention_heads=32, num_key_value_heads=32, vocab_size=49152,
+                                 max_position_embeddings=8192, rope_theta=130000.0, tie_word_embeddings=True)),
+    "smollm2-135m": ("llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                                   num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
+                                   max_position_embeddings=8192, rope_theta=100000.0, tie_word_embeddings=True)),
+}
+
+
+def random_weight_model(name: str, device: str, logit_scale: float = 1.0, dtype: str = "float32"):
+    """A model for timing: one of :data:`REAL_SIZES` (random weights from a config of the real size,
+    seeded, built on ``device`` in ``dtype``) or ``embedded`` (the real SmolLM2 model), in eval mode.
 
     ``logit_scale`` multiplies a random model's output layer (untied from the embeddings, same
     cost) to sharpen its next-token distribution like a trained model's; random weights give a
     near-flat one whose nucleus is most of the vocabulary (``benchmarks/nucleus_sizes.py``).
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, BartConfig, GPT2Config
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     torch.manual_seed(0)
-    if name == "bart-base":
-        cfg = BartConfig(
-            d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12, decoder_attention_heads=12,
-            encoder_ffn_dim=3072, decoder_ffn_dim=3072, vocab_size=50265, forced_bos_token_id=None,
-            forced_eos_token_id=None,
-        )
-        model = AutoModelForSeq2SeqLM.from_config(cfg)
-    elif name == "gpt2-small":
-        model = AutoModelForCausalLM.from_config(GPT2Config())
-    elif name == "embedded":
+    torch_dtype = getattr(torch, dtype)
+    if name == "embedded":
         from ..models import load_model_and_tokenizer
 
         model, _ = load_model_and_tokenizer("embedded")
+        model = model.to(torch_dtype)
+    elif name in REAL_SIZES:
+        model_type, kwargs = REAL_SIZES[name]
+        extra = dict(forced_bos_token_id=None, forced_eos_token_id=None) if model_type == "bart" else {}
+        cfg = AutoConfig.for_model(model_type, **kwargs, **extra)
+        auto = AutoModelForSeq2SeqLM if cfg.is_encoder_decoder else AutoModelForCausalLM
+        # built where it runs: a 1.7B model initialised on the host first would take minutes
+        with torch.device(device):
+            model = auto.from_config(cfg, dtype=torch_dtype)
     else:
-        raise SystemExit(f"unknown model {name!r}: use bart-base, gpt2-small or embedded")
+        raise SystemExit(f"unknown model {name!r}: use one of {', '.join(REAL_SIZES)} or embedded")
     if logit_scale != 1.0:
         if name == "embedded":
             raise SystemExit("--logit-scale is for the random-weight models; the embedded model is trained")
@@ -78,9 +100,11 @@ def random_weight_model(name: str, device: str, logit_scale: float = 1.0):
     return model.to(device).eval()
 
 
-def random_dialogue_inputs(model, dataset: str, batch: int, device: str, seed: int = 0) -> dict:
+def random_dialogue_inputs(model, dataset: str, batch: int, device: str, seed: int = 0,
+                           doc_tokens: int | None = None) -> dict:
     """Random token ids shaped like ``dataset`` (:data:`MEAN_WORDS`): ``conditional`` = document +
-    history, ``unconditional`` = history, rows of slightly different lengths so padding is exercised."""
+    history, ``unconditional`` = history, rows of slightly different lengths so padding is exercised.
+    ``doc_tokens`` sets the longest row's document length in tokens instead of the data set's mean."""
     import torch
 
     from ..inputs import pad_batch
@@ -92,7 +116,8 @@ def random_dialogue_inputs(model, dataset: str, batch: int, device: str, seed: i
     conds, unconds = [], []
     for row in range(batch):
         scale = 1.0 - 0.1 * (row % 3)  # rows of different lengths
-        doc = torch.randint(100, vocab - 100, (max(1, int(doc_words * TOKENS_PER_WORD * scale)),), generator=gen)
+        doc_length = doc_tokens if doc_tokens is not None else doc_words * TOKENS_PER_WORD
+        doc = torch.randint(100, vocab - 100, (max(1, int(doc_length * scale)),), generator=gen)
         hist = torch.randint(100, vocab - 100, (max(1, int(hist_words * TOKENS_PER_WORD * scale)),), generator=gen)
         conds.append(torch.cat([doc, hist]).tolist())
         unconds.append(hist.tolist())
@@ -127,7 +152,7 @@ def shared_data_dir(dataset: str, checkout: Path) -> Path:
     raise SystemExit(f"no shared/data/{DATA_FOLDERS[dataset]} above {checkout}: pass --data-dir")
 
 
-def save_results(out_dir, name: str, meta: dict, rows: list[dict], table: str) -> None:
+def save_results(out_dir, name: str, meta: dict, rows: list[dict], table: str, quiet: bool = False) -> None:
     """Write ``<name>.json`` (the run's settings, with the load average at the end so a busy
     machine shows, and every row) and ``<name>.md`` (the table) under ``out_dir``, and print the table."""
     import json
@@ -138,4 +163,5 @@ def save_results(out_dir, name: str, meta: dict, rows: list[dict], table: str) -
     meta = dict(meta, load_average_at_end=os.getloadavg())
     (out / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     (out / f"{name}.md").write_text(table)
-    print("\n" + table)
+    if not quiet:
+        print("\n" + table)
