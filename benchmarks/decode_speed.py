@@ -11,7 +11,10 @@ Methods (each row of the table):
   separate   PMIDecode(alpha, p, model=..., unconditional_inputs=...): its own KV cache
   default    pmi_generate as a user calls it (its defaults pick the path: paired in greedy and beam
              search, separate with deferral in sampling modes); the issue's targets are on this row
-  paired     pmi_generate: both branches in one batch (greedy, beam search; sampling modes fall back)
+  separate-deferred  pmi_generate(paired=False) in greedy search and sampling: the separate path with
+             single-candidate steps deferred (sampling's default before the paired sampling loop)
+  paired     pmi_generate: both branches in one batch (greedy, beam search, sampling; beam sampling
+             falls back)
   *-prompt-once  decoder-only beam modes: the prompt runs once per dialogue, not once per beam
              (pmi_generate's default, share_prompt=True; for plain decoding, prompt_cache)
   recompute  a processor that re-runs the whole unconditional prefix every step (no cache)
@@ -115,6 +118,10 @@ class PeakMemory:
             self.added = max(0, self.peak - self.base)
 
 
+def beams_of(mode: str) -> int:
+    return MODES[mode].get("num_beams", 1)
+
+
 def runners(model, inputs, mode: str, alpha: float, p: float, new_tokens: int):
     kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, **MODES[mode])
     cond, uncond = inputs["conditional"], inputs["unconditional"]
@@ -133,9 +140,13 @@ def runners(model, inputs, mode: str, alpha: float, p: float, new_tokens: int):
     double = {key: torch.cat([value, value]) for key, value in cond.items()}
     out["plain-2x-rows"] = lambda: model.generate(**double, **kwargs)
     out["default"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, **kwargs)
-    if not MODES[mode].get("do_sample"):
+    beams = beams_of(mode)
+    if beams == 1:
+        # pmi_generate's separate path (single-candidate steps deferred): sampling's default before
+        # the paired sampling loop
+        out["separate-deferred"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=False, **kwargs)
+    if not (MODES[mode].get("do_sample") and beams > 1):
         out["paired"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=True, **kwargs)
-    beams = MODES[mode].get("num_beams", 1)
     if beams > 1 and not model.config.is_encoder_decoder:
         # generate runs the prompt once per beam; these run it once per dialogue (same tokens).
         out["plain-prompt-once"] = lambda: model.generate(**cond, **{cache_keyword(model): prompt_cache(model, cond, beams)}, **kwargs)

@@ -3,9 +3,10 @@
 The paired path stacks the conditional rows and the unconditional rows into one batch of twice
 the rows, so ``generate`` runs one forward per step through the model's own KV cache and beam
 reordering moves both halves together. Both halves get the same scores, so they pick the same
-tokens in greedy search and beam search. Sampling draws each row independently, so the halves
-would drift apart: sampling and beam sampling use the separate-cache path instead, which is
-exact in every mode.
+tokens in greedy search and beam search. Sampling would draw each row independently, so there
+the stacked batch runs through :func:`~pmi_decode.paired_sampling.paired_sampling_loop`, which
+draws once per dialogue for both halves from the separate path's random stream. Beam sampling
+uses the separate-cache path, which is exact in every mode.
 
 For the unconditional half to see the raw model distribution (as it does in the separate
 path), the processors that generate would apply before PMIDecode are built by generate's own
@@ -29,6 +30,7 @@ from transformers.cache_utils import DynamicLayer
 from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
 from .model_calls import cache_keyword, model_device, prefill
+from .paired_sampling import paired_sampling_loop
 from .processor import PMIDecode
 from .validation import validate_pmi_cap
 
@@ -68,7 +70,7 @@ OPTIONS = {
     "renormalize_logits": ("scores", "joint"),
     # after PMIDecode, but hashes each row's previous tokens, prompt included: the halves differ
     "watermarking_config": ("scores", "separate"),
-    # sampling warpers: built only with do_sample, which takes the separate path
+    # sampling warpers: after PMIDecode, identical halves, before the shared draw (paired_sampling.py)
     "temperature": ("scores", "joint"),
     "top_k": ("scores", "joint"),
     "top_p": ("scores", "joint"),
@@ -90,7 +92,7 @@ OPTIONS = {
     "bos_token_id": ("search", "joint"),
     "decoder_start_token_id": ("search", "joint"),
     # the search, where the halves would differ or that PMIDecode cannot follow
-    "do_sample": ("search", "separate"),
+    "do_sample": ("search", "joint"),  # sampling: one shared draw (paired_sampling.py); beam sampling: see _blocker
     "stop_strings": ("search", "separate"),  # may match across the end of each half's own prompt
     "token_healing": ("search", "separate"),  # rewrites the prompts' last tokens
     "num_beam_groups": ("search", "separate"),
@@ -360,8 +362,10 @@ class _Plan:
 
     def _blocker(self, model, cond: dict, uncond: dict) -> str | None:
         config = self.config
-        if config.do_sample:
-            return "sampling draws the two halves' tokens independently"
+        if config.do_sample and (config.num_beams or 1) > 1:
+            return "beam sampling draws each half's beams independently"
+        if config.do_sample and config.output_scores:
+            return "sampling with output_scores (the paired loop records the drawn token's scores only)"
         for name, value in sorted(vars(config).items()):
             effect, paired = OPTIONS.get(name, (None, "separate"))
             if paired == "separate" and not _neutral(name, value):
@@ -380,9 +384,10 @@ class _Plan:
         """The processors the separate path would run before PMIDecode, built by generate's own
         ``_get_logits_processor`` for the conditional rows alone, on the model's device, after the
         same preparation of special tokens and lengths as in ``generate``. Those that generate
-        runs after PMIDecode (renormalisation; sampling never gets here) stay with generate."""
+        runs after PMIDecode (the sampling warpers, renormalisation) stay with generate."""
         config = copy.deepcopy(self.config)
         config.renormalize_logits = False
+        config.do_sample = False  # generate builds the warpers (after PMIDecode) for the stacked batch
         device = model_device(model)
         ids = cond["input_ids"].to(device)
         special = {"device": device}
@@ -454,7 +459,8 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             :data:`pmi_decode.defaults.PLAUSIBILITY`; ``0`` is the paper's score.
         pmi_cap: the most the PMI term may count, in nats (see :class:`~pmi_decode.PMIDecode`);
             ``None``: :data:`pmi_decode.defaults.PMI_CAP`; ``math.inf`` is the paper's score.
-        paired: ``None`` picks the paired path whenever it is exact (greedy and beam search, with
+        paired: ``None`` picks the paired path whenever it is exact (greedy search, beam search and
+            sampling, with
             the options as ``OPTIONS`` classifies them, after merging the configuration as
             ``generate`` does) and the separate-cache path otherwise;
             ``True`` insists on the paired path (ValueError saying why when it cannot be used);
@@ -473,8 +479,9 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             :class:`~pmi_decode.PMIDecode`); the end tokens are generate's ``eos_token_id``.
         **generate_kwargs: anything ``generate`` takes (num_beams, do_sample, max_new_tokens, ...).
 
-    Sampling and beam sampling always run on the separate path: the paired path cannot make the
-    two halves draw the same tokens without patching transformers.
+    Sampling on the paired path draws the separate path's tokens for the same seed (one shared
+    draw per dialogue; :mod:`pmi_decode.paired_sampling`); beam sampling, and sampling with
+    ``output_scores``, run on the separate path.
     """
     alpha, p = resolve_alpha(alpha, p)
     plausibility = defaults.PLAUSIBILITY if plausibility is None else plausibility
@@ -534,6 +541,8 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             cache = GroupedCrossAttentionCache(model, int(config.num_beams))
         if cache is not None:
             model_kwargs[cache_keyword(model)] = cache
+    if joint_config.do_sample:
+        model_kwargs["custom_generate"] = paired_sampling_loop  # one draw per dialogue, for both halves
     with _merged_defaults(model, joint_config):
         output = _class_generate(model)(model, **joint, generation_config=joint_config, logits_processor=[proc],
                                         **model_kwargs)

@@ -67,9 +67,9 @@ def test_the_folder_passes_options_through():
                          p=0.8, unconditional_inputs=inputs["unconditional"], **opts)
     assert torch.equal(got, expected)
     assert not torch.equal(got, pmi_generate(model, inputs, alpha=0.75, p=0.8, num_beams=3, **NEW))
-    with pytest.raises(ValueError, match="sampling draws"):
+    with pytest.raises(ValueError, match="beam sampling draws"):
         model.generate(**inputs["conditional"], custom_generate=str(FOLDER), trust_remote_code=True, alpha=0.5,
-                       unconditional_inputs=inputs["unconditional"], paired=True, do_sample=True, **NEW)
+                       unconditional_inputs=inputs["unconditional"], paired=True, do_sample=True, num_beams=2, **NEW)
 
 
 def test_a_model_loaded_from_a_folder_with_the_entry_uses_it_without_recursing(tmp_path):

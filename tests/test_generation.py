@@ -1,4 +1,4 @@
-"""pmi_generate: the paired path equals the separate-cache path; sampling falls back to it."""
+"""pmi_generate: the paired path equals the separate-cache path; beam sampling falls back to it."""
 
 import pytest
 import torch
@@ -59,13 +59,14 @@ def test_paired_output_dict_holds_the_conditional_rows():
 
 
 @pytest.mark.exactness
-@pytest.mark.parametrize("mode", [dict(do_sample=True), dict(do_sample=True, num_beams=3, num_return_sequences=2)])
-def test_sampling_falls_back_to_the_separate_path(mode):
+def test_beam_sampling_falls_back_to_the_separate_path():
+    """Sampling runs paired (tests/test_paired_sampling.py); beam sampling does not."""
     model, inputs = setup("llama")
+    mode = dict(do_sample=True, num_beams=3, num_return_sequences=2)
     torch.manual_seed(0)
     got = pmi_generate(model, inputs, alpha=0.5, p=0.9, **NEW, **mode)
     assert torch.equal(got, separate(model, inputs, 0.5, 0.9, **NEW, **mode))
-    with pytest.raises(ValueError, match="sampling draws the two halves' tokens independently"):
+    with pytest.raises(ValueError, match="beam sampling draws each half's beams independently"):
         pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, **NEW, **mode)
 
 
