@@ -16,7 +16,7 @@ import torch
 from .forward_watch import ForwardLog
 from .model_calls import left_padded, padding_id
 
-__all__ = ["stack_inputs", "conditional_half", "StackedBatch", "STACK_FIX"]
+__all__ = ["stack_inputs", "conditional_half", "StackedBatch", "StepChecks", "STACK_FIX", "CHECK_EVERY"]
 
 #: How to build a batch the paired processor accepts (ends each refusal of a batch it did not build).
 STACK_FIX = (
@@ -97,6 +97,46 @@ def conditional_half(output):
     return type(output)(**fields)
 
 
+#: On an accelerator a paired step's checks are read together every this many steps, and when the
+#: output is taken (:meth:`PMIDecode.conditional <pmi_decode.PMIDecode.conditional>`): reading a
+#: device value makes the host wait for the device, which at a small batch costs a step's latency.
+CHECK_EVERY = 16
+#: Device types on which each check is read at once (there reading a value costs nothing).
+READ_AT_ONCE_ON = ("cpu",)
+
+
+class StepChecks:
+    """The paired step's checks that need a tensor's values (the prompts are the stacked batch,
+    both halves decoded the same tokens, no NaN). On a CPU each is read at once; on an
+    accelerator the failure flags queue on the device and are read every :data:`CHECK_EVERY`
+    steps and by :meth:`flush`, so no step waits for the device. A failure raises ValueError
+    with the first failed check's message either way, before the output is handed over."""
+
+    def __init__(self):
+        self.pending: list[tuple[torch.Tensor, str]] = []
+        self.steps = 0
+
+    def require(self, failed: torch.Tensor, message: str) -> None:
+        if failed.device.type in READ_AT_ONCE_ON:
+            if bool(failed):
+                raise ValueError(message)
+            return
+        self.pending.append((failed.reshape(()), message))
+
+    def step_done(self) -> None:
+        self.steps += 1
+        if self.steps % CHECK_EVERY == 0:
+            self.flush()
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        failed = torch.stack([flag for flag, _ in pending])
+        if bool(failed.any()):
+            raise ValueError(pending[int(failed.to(torch.int8).argmax())][1])
+
+
 class StackedBatch:
     """The batch :meth:`PMIDecode.stack <pmi_decode.PMIDecode.stack>` built for ``model``: what
     each paired step checks ``generate``'s sequences against before scoring them."""
@@ -106,6 +146,7 @@ class StackedBatch:
         self.enc_dec = bool(model.config.is_encoder_decoder)
         self.model = weakref.ref(model)
         self._expanded: dict = {}  # the prompts repeated for the last number of copies per row seen
+        self.checks = StepChecks()
 
     @property
     def width(self) -> int:
@@ -144,8 +185,10 @@ class StackedBatch:
         if copies not in self._expanded:
             self._expanded = {copies: stacked.to(input_ids.device).repeat_interleave(copies, dim=0)}
         width = stacked.shape[1]
-        if input_ids.shape[1] < width or not torch.equal(input_ids[:, :width], self._expanded[copies]):
-            raise ValueError(f"PMIDecode(alpha, p): generate's prompts are not the stacked batch: {STACK_FIX}")
+        message = f"PMIDecode(alpha, p): generate's prompts are not the stacked batch: {STACK_FIX}"
+        if input_ids.shape[1] < width:
+            raise ValueError(message)
+        self.checks.require((input_ids[:, :width] != self._expanded[copies]).any(), message)
         return width
 
     def step(self, input_ids: torch.LongTensor, scores: torch.Tensor, log: ForwardLog, conditional_processors,
@@ -158,22 +201,21 @@ class StackedBatch:
         if getattr(self.model(), "training", False):
             raise ValueError("model is in training mode: call model.eval() so both halves see the same model")
         half = scores.shape[0] // 2
-        if not torch.equal(input_ids[:half, start:], input_ids[half:, start:]):
-            raise ValueError(
-                "paired PMIDecode: the conditional and unconditional halves decoded different tokens. Paired "
-                "mode works with greedy search and beam search only; for sampling use "
-                "PMIDecode(alpha, p, model=..., unconditional_inputs=...) or pmi_generate"
-            )
+        self.checks.require(
+            (input_ids[:half, start:] != input_ids[half:, start:]).any(),
+            "paired PMIDecode: the conditional and unconditional halves decoded different tokens. Paired "
+            "mode works with greedy search and beam search only (pmi_generate also samples on it); for "
+            "sampling use PMIDecode(alpha, p, model=..., unconditional_inputs=...) or pmi_generate",
+        )
         cond = scores[:half]
         if len(conditional_processors):
             cond = conditional_processors(input_ids[:half], cond)
-        out = score(cond, lambda: _half_log_probs(scores[half:]))
+        out = score(cond, lambda: self._half_log_probs(scores[half:]))
+        self.checks.step_done()
         return torch.cat([out, out], dim=0)
 
-
-def _half_log_probs(scores: torch.Tensor) -> torch.Tensor:
-    """The unconditional half's log-probabilities; refuses NaN."""
-    lp_u = torch.log_softmax(scores, dim=-1)
-    if bool(torch.isnan(lp_u).any()):
-        raise ValueError("paired PMIDecode: the unconditional half's scores hold NaN")
-    return lp_u
+    def _half_log_probs(self, scores: torch.Tensor) -> torch.Tensor:
+        """The unconditional half's log-probabilities; refuses NaN."""
+        lp_u = torch.log_softmax(scores, dim=-1)
+        self.checks.require(torch.isnan(lp_u).any(), "paired PMIDecode: the unconditional half's scores hold NaN")
+        return lp_u

@@ -418,6 +418,11 @@ class PMIDecode(LogitsProcessor):
         batch = _stack_inputs(model, inputs, pad_token_id)
         if getattr(self, "_watched", lambda: None)() is not model:
             self._watch(model)
+        if self._stacked is not None:  # a failed check of the last run, whose output was not taken
+            try:
+                self._stacked.checks.flush()
+            except ValueError as err:
+                raise ValueError(f"the previous generate call on this processor: {err}") from None
         self._stacked = _StackedBatch(batch["input_ids"], model)
         if self.conditional_end and self._end_ids is None:
             self._end_ids = _model_end_ids(model)
@@ -432,9 +437,12 @@ class PMIDecode(LogitsProcessor):
             raise ValueError("no stacked batch yet: call pmi.stack(inputs, model) first")
         return self._stacked.width
 
-    @staticmethod
-    def conditional(output):
-        """The conditional rows of what ``generate`` returned for a :meth:`stack` batch."""
+    def conditional(self, output):
+        """The conditional rows of what ``generate`` returned for a :meth:`stack` batch, after the
+        step checks still queued on an accelerator are read (``pmi_decode.paired.StepChecks``):
+        a batch that failed one raises here instead of handing over its rows."""
+        if self.paired and self._stacked is not None:
+            self._stacked.checks.flush()
         return _conditional_half(output)
 
     # ---- every step ----------------------------------------------------------------------------
