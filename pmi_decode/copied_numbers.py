@@ -109,6 +109,21 @@ class CopiedNumberGuard(LogitsProcessor):
                 return set(), False
         return (digits, False) if digits else None
 
+    def row_rule(self, tokens: list[int], row: int, rows: int):
+        """For :class:`~pmi_decode.guard_group.GuardGroup`: ``("only", tokens)`` inside a number the
+        prompt continues, else ``("ban", digits other than the prompt's)``, or None."""
+        if rows % len(self.sources):
+            raise ValueError(f"CopiedNumberGuard has {len(self.sources)} prompts but generate scores {rows} rows, "
+                             "which is no whole number of rows per prompt: give one source per dialogue")
+        rule = self.allowed(self.sources[row // (rows // len(self.sources))], tokens[self.prompt_length:])
+        if rule is None:
+            return None
+        kept, only = rule
+        if only:
+            return "only", sorted(kept)
+        banned = (self._digit_ids if kept else self._number_ids).tolist()
+        return "ban", [t for t in banned if t not in kept]
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows = input_ids.shape[0]
         if rows % len(self.sources):

@@ -84,6 +84,13 @@ def _cache_length(cache) -> int | None:
         return None
 
 
+def _continues(input_ids: torch.LongTensor, cache_length: int | None, tokens) -> bool:
+    """Whether a forward that saw a non-empty cache of ``cache_length`` tokens and ran ``tokens``
+    has the shape of the step that produced ``input_ids`` (rows, and cache + new = length)."""
+    return (cache_length is not None and cache_length > 0 and tokens is not None and tokens.dim() == 2
+            and tokens.shape[0] == input_ids.shape[0] and cache_length + tokens.shape[1] == input_ids.shape[1])
+
+
 def _ran(input_ids: torch.LongTensor, cache_length: int | None, tokens) -> bool:
     """Whether a forward that saw a cache of ``cache_length`` tokens and ran ``tokens`` ran the
     last positions of ``input_ids`` (so a cache of length 0 means it started these sequences)."""
@@ -136,6 +143,13 @@ class ForwardLog:
         # generate holds its cache for the whole call: forwards whose cache is gone were not this step's
         forwards = [forward for forward in self.forwards if forward[0]() is not None]
         self.forwards = []
+        current = self.generation_cache() if self.generation_cache is not None else None
+        if (len(forwards) == 1 and current is not None and forwards[0][0]() is current
+                and _continues(input_ids, forwards[0][1], forwards[0][2])):
+            # the one forward since the last step continued this generation's cache by the right
+            # number of tokens: decided from shapes alone, without reading the tokens (which on
+            # a GPU would make the host wait for the device at every step)
+            return False
         if not forwards:
             raise ValueError(
                 "PMIDecode saw no forward of the model with a KV cache since its last step. It scores one step "

@@ -173,6 +173,10 @@ class LayoutMarkerGuard(LogitsProcessor):
             parts.append(self._colon_next)
         return torch.unique(torch.cat(parts)) if len(parts) > 1 else self._whole
 
+    def row_rule(self, tokens: list[int], row: int, rows: int):
+        """For :class:`~pmi_decode.guard_group.GuardGroup`: the bans after a whole row."""
+        return "ban", self.banned_ids(tokens).tolist()
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         scores = scores.clone()
         for row in range(input_ids.shape[0]):
@@ -236,7 +240,11 @@ class ResponseNoRepeatNGram(LogitsProcessor):
         self._number_part = number_parts(tokenizer) if tokenizer is not None else None
 
     def _exempt(self, token: int) -> bool:
-        return token < len(self._number_part) and self._number_part[token]
+        return self._number_part is not None and token < len(self._number_part) and self._number_part[token]
+
+    def row_rule(self, tokens: list[int], row: int, rows: int):
+        """For :class:`~pmi_decode.guard_group.GuardGroup` (transformers' rule without a tokenizer)."""
+        return "ban", self.banned_ids(tokens[self.prompt_length:])
 
     def banned_ids(self, response: Sequence[int]) -> set[int]:
         """The tokens that would complete an n-gram of ``response`` a second time, number parts
@@ -290,6 +298,10 @@ class ResponseNoImmediateRepeat(LogitsProcessor):
                     and list(response[n + 1 - 2 * k: n - k]) == list(response[n + 1 - k: n])):
                 banned.append(int(response[n - k]))
         return banned
+
+    def row_rule(self, tokens: list[int], row: int, rows: int):
+        """For :class:`~pmi_decode.guard_group.GuardGroup`."""
+        return "ban", self.banned_ids(tokens[self.prompt_length:])
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         return _ban_each_row(self, input_ids, scores)
@@ -349,6 +361,18 @@ class EndAtLineBreak(LogitsProcessor):
         breaks = torch.isin(response, self.line_break.to(response.device))
         at_once = torch.isin(response, self.text_then_break.to(response.device))
         return ((breaks & text_before) | at_once).any(dim=1)
+
+    def row_rule(self, tokens: list[int], row: int, rows: int):
+        """For :class:`~pmi_decode.guard_group.GuardGroup`: only the end token once the line broke."""
+        if "_sets" not in self.__dict__:
+            self._sets = tuple(set(t.tolist()) for t in (self.text, self.line_break, self.text_then_break))
+        text, line_break, text_then_break = self._sets
+        seen_text = False
+        for token in tokens[self.prompt_length:]:
+            if token in text_then_break or (seen_text and token in line_break):
+                return "only", self.eos.tolist()
+            seen_text = seen_text or token in text
+        return None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         ended = self.ended(input_ids)
@@ -411,6 +435,11 @@ class SentenceCaseGuard(LogitsProcessor):
         if before.endswith("..") or ends_in_abbreviation(before):
             return self._bare[:0]  # an ellipsis, or a period that ends a word, not a sentence
         return self._bare if end.group(1) else self._spaced
+
+    def row_rule(self, tokens: list[int], row: int, rows: int):
+        """For :class:`~pmi_decode.guard_group.GuardGroup`."""
+        response = tokens[self.prompt_length:]
+        return ("ban", self.banned_ids(response).tolist()) if response else None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         scores = scores.clone()

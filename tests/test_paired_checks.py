@@ -71,3 +71,35 @@ def test_the_first_failed_check_is_reported(deferred):
     with pytest.raises(ValueError, match="^first$"):
         checks.flush()
     checks.flush()  # read once: nothing left
+
+
+class _Cache:
+    def __init__(self, length):
+        self.length = length
+
+    def get_seq_length(self):
+        return self.length
+
+
+def test_a_continuing_step_is_told_from_shapes_without_reading_tokens(monkeypatch):
+    """ForwardLog.starts_generation decides a step that continues the generation's cache from
+    shapes alone; only other cases compare token values (which would wait for a GPU)."""
+    import pmi_decode.forward_watch as watch
+
+    log, cache = watch.ForwardLog(), _Cache(0)
+    ids = torch.tensor([[5, 6, 7]])
+    log.model_forward((), {"past_key_values": cache, "input_ids": ids})
+    assert log.starts_generation(ids)  # an empty cache opens a generation
+    cache.length = 3
+    step = torch.tensor([[5, 6, 7, 8]])
+    log.model_forward((), {"past_key_values": cache, "input_ids": step[:, -1:]})
+
+    def no_reads(*args):
+        raise AssertionError("token values read")
+
+    monkeypatch.setattr(watch, "_ran", no_reads)
+    assert not log.starts_generation(step)
+    # a forward of the wrong width is not taken as the continuation: the token check runs
+    log.model_forward((), {"past_key_values": cache, "input_ids": step[:, -2:]})
+    with pytest.raises(AssertionError, match="token values read"):
+        log.starts_generation(step)

@@ -24,6 +24,7 @@ import torch
 from transformers import LogitsProcessor
 
 from ..decode_config import DecodeConfig
+from ..guard_group import group_guards
 from ..inputs import (
     DialogueFormat,
     build_inputs,
@@ -486,7 +487,9 @@ def decode_records(
             guards = response_guards(1 if enc_dec else prompt_len, sources)
             batch_kwargs = generate_kwargs
             if guards:
-                batch_kwargs = dict(generate_kwargs, logits_processor=[*guards, *generate_kwargs["logits_processor"]])
+                # one read of the sequences a step for all the guards (pmi_decode/guard_group.py)
+                batch_kwargs = dict(generate_kwargs,
+                                    logits_processor=group_guards([*guards, *generate_kwargs["logits_processor"]]))
             batch_seed = _batch_seed(config.seed, [r["id"] for r in recs]) if config.seed is not None else None
             tracker.start_batch(len(recs), 2 if compare else 1, config.max_new_tokens)
             with torch.no_grad():
