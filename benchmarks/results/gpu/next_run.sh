@@ -6,22 +6,7 @@
 #
 # Measured times on the H200 of the first pass: exactness 86 s with 6 workers; a Llama case
 # with 2 methods and 2 repeats 10-25 s (longer at 4k tokens); the CLI's plain run 45 s.
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-R=/tmp/gpu_results
-mkdir -p "$R" "$OUT"
-pack() { tar czf "$OUT/results.tgz" -C "$(dirname "$R")" "$(basename "$R")"; }
-part() {
-    local name=$1 limit=$2; shift 2
-    local start=$SECONDS
-    echo "== $name (limit ${limit}s)"
-    timeout "$limit" "$@" > "$R/$name.log" 2>&1
-    echo "rc=$? seconds=$((SECONDS - start))" | tee -a "$R/$name.log" >> "$R/parts.txt"
-    tail -n 3 "$R/$name.log"
-    pack
-}
-{ nvidia-smi; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name())"; } > "$R/machine.txt" 2>&1
-XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 6")
+source benchmarks/results/gpu/parts.sh
 part exactness_cuda 110 env PMI_DECODE_TEST_DEVICE=cuda python3 -m pytest -m exactness -q -p no:cacheprovider $XDIST tests
 SPEED="python3 benchmarks/decode_speed.py --device cuda --new-tokens 64 --repeats 2 --output-dir $R --methods default"
 part llama_570 150 $SPEED --models llama-1.7b --dtype bfloat16 --datasets topicalchat --modes greedy sampling beam \

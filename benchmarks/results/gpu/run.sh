@@ -7,25 +7,9 @@
 # Needs .gpu/smollm2_tokenizer (the embedded tokenizer, saved as benchmarks/save_random_model.py
 # says) for the end-to-end part. Every part has its own time limit; results are packed into
 # $OUT/results.tgz after each part, so a run stopped part-way keeps what it measured.
-set -u
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-R=/tmp/gpu_results
-mkdir -p "$R" "$OUT"
-pack() { tar czf "$OUT/results.tgz" -C "$(dirname "$R")" "$(basename "$R")"; }
-part() {  # part NAME SECONDS COMMAND...: run one part under a time limit, log it, keep going
-    local name=$1 limit=$2; shift 2
-    local start=$SECONDS
-    echo "== $name (limit ${limit}s)"
-    timeout "$limit" "$@" > "$R/$name.log" 2>&1
-    echo "rc=$? seconds=$((SECONDS - start))" | tee -a "$R/$name.log" >> "$R/parts.txt"
-    tail -n 3 "$R/$name.log"
-    pack
-}
-{ nvidia-smi; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name())"; } > "$R/machine.txt" 2>&1
-cat "$R/machine.txt"
+source benchmarks/results/gpu/parts.sh
 
 # 1. Exactness on CUDA (float32, TF32 off): token for token against the slow reference.
-XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 6")  # parallel where pytest-xdist is installed
 part exactness_cuda 130 env PMI_DECODE_TEST_DEVICE=cuda python3 -m pytest -m exactness -q -p no:cacheprovider $XDIST tests
 
 SPEED="python3 benchmarks/decode_speed.py --device cuda --new-tokens 64 --repeats 3 --output-dir $R"
