@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issues 25 and 27 in one pass, sized to fit one 10-minute command on a lent GPU
+# The GPU checks of issues 25 and 27 in one pass, sized to fit one 10-minute command on a GPU
 # machine (python3 with CUDA torch and transformers there; nothing is installed). From the checkout:
 #
 #     OUT=/some/folder bash benchmarks/results/gpu/run.sh
