@@ -19,19 +19,18 @@ is not copying.
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
 import torch
-from transformers import LogitsProcessor
 
+from .guard_group import RowRuleGuard
 from .guards import _token_texts
 
 __all__ = ["CopiedNumberGuard"]
 
 
-class CopiedNumberGuard(LogitsProcessor):
+class CopiedNumberGuard(RowRuleGuard):
     r"""Where a response copies the prompt up to a number, only the prompt's number may follow.
 
     Args:
@@ -66,9 +65,9 @@ class CopiedNumberGuard(LogitsProcessor):
         self._digit = np.array([any(c.isdigit() for c in t) for t in texts], dtype=bool)
         self._letter = np.array([any(c.isalpha() for c in t) for t in texts], dtype=bool)
         self._joiner = np.array([t in (",", ".", ":") for t in texts], dtype=bool)  # inside "4,000", "5.40", "8:30"
-        self._digit_ids = torch.from_numpy(np.nonzero(self._digit)[0])
+        self._digit_ids = np.nonzero(self._digit)[0]
         # what may not follow where the prompt's number ends: a digit, or a joiner that would start more digits
-        self._number_ids = torch.from_numpy(np.nonzero(self._digit | np.array([t == ":" for t in texts]))[0])
+        self._number_ids = np.nonzero(self._digit | np.array([t == ":" for t in texts]))[0]
 
     def _is(self, table: np.ndarray, token: int) -> bool:
         return 0 <= token < len(table) and bool(table[token])
@@ -121,31 +120,5 @@ class CopiedNumberGuard(LogitsProcessor):
         kept, only = rule
         if only:
             return "only", sorted(kept)
-        banned = (self._digit_ids if kept else self._number_ids).tolist()
-        return "ban", [t for t in banned if t not in kept]
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        rows = input_ids.shape[0]
-        if rows % len(self.sources):
-            raise ValueError(f"CopiedNumberGuard has {len(self.sources)} prompts but generate scores {rows} rows, "
-                             "which is no whole number of rows per prompt: give one source per dialogue")
-        per_prompt = rows // len(self.sources)
-        out = None
-        for row in range(rows):
-            response = input_ids[row, self.prompt_length:].tolist()
-            rule = self.allowed(self.sources[row // per_prompt], response)
-            if rule is None:
-                continue
-            tokens, only = rule
-            if out is None:
-                out = scores.clone()
-            keep = torch.tensor(sorted(t for t in tokens if t < scores.shape[-1]), dtype=torch.long,
-                                device=scores.device)
-            kept = out[row, keep].clone()
-            if only:
-                out[row] = -math.inf
-            else:
-                banned = (self._digit_ids if tokens else self._number_ids)
-                out[row, banned[banned < scores.shape[-1]].to(scores.device)] = -math.inf
-            out[row, keep] = kept
-        return scores if out is None else out
+        banned = self._digit_ids if kept else self._number_ids
+        return "ban", banned[~np.isin(banned, list(kept))]

@@ -163,7 +163,6 @@ class ForwardLog:
         matching = [(ref, length) for ref, length, tokens in forwards if _ran(input_ids, length, tokens)]
         # a model whose forwards cannot be matched to the tokens falls back on the cache's identity
         candidates = matching or [(ref, length) for ref, length, _ in forwards]
-        current = self.generation_cache() if self.generation_cache is not None else None
         if current is not None and any(ref() is current and length > 0 for ref, length in candidates):
             return False
         # generate runs its forward before any processor of the step, so the first live match is

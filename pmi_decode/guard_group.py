@@ -1,12 +1,13 @@
-"""Several response guards as one logits processor: one read of the sequences a step.
+"""Response guards as masks: one read of the sequences and one masked fill a step.
 
 Each guard of :mod:`pmi_decode.guards` and :mod:`pmi_decode.copied_numbers` decides from the
-tokens alone which tokens a row may not write next, and masks those scores (sets them to -inf)
-without reading them. Applied one after another, each reads every row from the device
-(``.tolist()``) and writes its bans row by row: on a GPU, a wait for the device and a few small
-kernels per guard and row, every step. :class:`GuardGroup` reads the rows once, asks each guard
-for its rule (:meth:`row_rule`: ``("ban", ids)``, ``("only", ids)`` or None) and applies the union
-of the masks in one ``masked_fill``: the same scores, since masks commute.
+tokens alone which tokens a row may not write next (:meth:`RowRuleGuard.row_rule`:
+``("ban", ids)``, ``("only", ids)`` or None) and masks those scores (sets them to -inf) without
+reading them. :func:`apply_rules` reads the rows from the device once (``.tolist()``), asks each
+guard for each row's rule and applies the union of the masks in one ``masked_fill``. A guard
+used alone is a group of one; :class:`GuardGroup` runs several with that one read, so on a GPU a
+step waits for the device once for all the guards instead of once per guard (and writes no
+per-row kernels). Masks commute, so a group gives the scores of its guards applied in turn.
 """
 
 from __future__ import annotations
@@ -18,7 +19,50 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor
 
-__all__ = ["GuardGroup", "group_guards"]
+__all__ = ["GuardGroup", "RowRuleGuard", "apply_rules", "group_guards"]
+
+
+def apply_rules(guards: Sequence, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    """``scores`` masked by every guard's ``row_rule`` of every row: one read of ``input_ids``
+    from the device and one ``masked_fill`` (``scores`` itself when no rule applies)."""
+    rows = input_ids.tolist()  # the one read from the device this step
+    vocab = scores.shape[-1]
+    mask = None
+    for guard in guards:
+        for index, tokens in enumerate(rows):
+            rule = guard.row_rule(tokens, index, len(rows))
+            if rule is None:
+                continue
+            kind, ids = rule
+            ids = ids if isinstance(ids, np.ndarray) else np.fromiter(ids, dtype=np.int64)
+            ids = ids[(ids >= 0) & (ids < vocab)]
+            if kind == "ban" and not ids.size:
+                continue
+            if mask is None:
+                mask = np.zeros((len(rows), vocab), dtype=bool)
+            if kind == "ban":
+                mask[index, ids] = True
+            elif kind == "only":
+                others = np.ones(vocab, dtype=bool)
+                others[ids] = False
+                mask[index] |= others
+            else:
+                raise ValueError(f"{type(guard).__name__}.row_rule returned {kind!r}, not 'ban' or 'only'")
+    if mask is None:
+        return scores
+    return scores.masked_fill(torch.from_numpy(mask).to(scores.device), -math.inf)
+
+
+class RowRuleGuard(LogitsProcessor):
+    """A guard defined by its :meth:`row_rule`; on its own it applies that rule as a group of one."""
+
+    def row_rule(self, tokens: list[int], row: int, rows: int):
+        """``("ban", ids)``, ``("only", ids)`` or None for the next token after ``tokens`` (a
+        whole row of ``input_ids``), row ``row`` of ``rows``."""
+        raise NotImplementedError
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        return apply_rules([self], input_ids, scores)
 
 
 class GuardGroup(LogitsProcessor):
@@ -31,31 +75,7 @@ class GuardGroup(LogitsProcessor):
         self.guards = list(guards)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        rows = input_ids.tolist()  # the one read from the device this step
-        vocab = scores.shape[-1]
-        mask = None
-        for guard in self.guards:
-            for index, tokens in enumerate(rows):
-                rule = guard.row_rule(tokens, index, len(rows))
-                if rule is None:
-                    continue
-                kind, ids = rule
-                ids = np.asarray([t for t in ids if 0 <= t < vocab], dtype=np.int64)
-                if kind == "ban" and not ids.size:
-                    continue
-                if mask is None:
-                    mask = np.zeros((len(rows), vocab), dtype=bool)
-                if kind == "ban":
-                    mask[index, ids] = True
-                elif kind == "only":
-                    others = np.ones(vocab, dtype=bool)
-                    others[ids] = False
-                    mask[index] |= others
-                else:
-                    raise ValueError(f"{type(guard).__name__}.row_rule returned {kind!r}, not 'ban' or 'only'")
-        if mask is None:
-            return scores
-        return scores.masked_fill(torch.from_numpy(mask).to(scores.device), -math.inf)
+        return apply_rules(self.guards, input_ids, scores)
 
 
 def group_guards(processors: Sequence) -> list:

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import copy
 import functools
-import math
 import re
 from typing import Sequence
 
 import torch
 from transformers import LogitsProcessor
 
+from .guard_group import RowRuleGuard, apply_rules
 from .responses import ends_in_abbreviation
 
 __all__ = ["LayoutMarkerGuard", "ResponseNoRepeatNGram", "number_parts", "ResponseNoImmediateRepeat", "SentenceCaseGuard", "EndAtLineBreak",
@@ -101,7 +101,7 @@ def _token_texts(tokenizer) -> tuple[str, ...]:
     return tuple(texts)
 
 
-class LayoutMarkerGuard(LogitsProcessor):
+class LayoutMarkerGuard(RowRuleGuard):
     r"""Bans the tokens that would make a row's decoded text contain any of ``markers``.
 
     Args:
@@ -175,25 +175,8 @@ class LayoutMarkerGuard(LogitsProcessor):
 
     def row_rule(self, tokens: list[int], row: int, rows: int):
         """For :class:`~pmi_decode.guard_group.GuardGroup`: the bans after a whole row."""
-        return "ban", self.banned_ids(tokens).tolist()
+        return "ban", self.banned_ids(tokens).numpy()
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        scores = scores.clone()
-        for row in range(input_ids.shape[0]):
-            banned = self.banned_ids(input_ids[row].tolist())
-            banned = banned[banned < scores.shape[-1]].to(scores.device)
-            scores[row, banned] = -math.inf
-        return scores
-
-
-def _ban_each_row(guard, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-    """``scores`` with ``guard.banned_ids(response)`` of each row's response set to -inf."""
-    scores = scores.clone()
-    for row in range(input_ids.shape[0]):
-        banned = [t for t in guard.banned_ids(input_ids[row, guard.prompt_length:].tolist()) if t < scores.shape[-1]]
-        if banned:
-            scores[row, banned] = -math.inf
-    return scores
 
 
 @functools.lru_cache(maxsize=4)
@@ -257,10 +240,10 @@ class ResponseNoRepeatNGram(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self._number_part is None:
             return self._inner(input_ids[:, self.prompt_length :], scores)
-        return _ban_each_row(self, input_ids, scores)
+        return apply_rules([self], input_ids, scores)
 
 
-class ResponseNoImmediateRepeat(LogitsProcessor):
+class ResponseNoImmediateRepeat(RowRuleGuard):
     r"""Forbids repeating, right away, the words just written: "Adele Laurie Blue Blue Adkins",
     "talented and talented", "non non-profit".
 
@@ -303,16 +286,13 @@ class ResponseNoImmediateRepeat(LogitsProcessor):
         """For :class:`~pmi_decode.guard_group.GuardGroup`."""
         return "ban", self.banned_ids(tokens[self.prompt_length:])
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        return _ban_each_row(self, input_ids, scores)
-
 
 # A sentence end at the end of a text: . ! or ? with any closing quotes or brackets, then (group 1)
 # the whitespace already written, if any.
 _ENDS_SENTENCE = re.compile(r"[.!?][\"'\u201d\u2019)\]]*(\s*)$")
 
 
-class EndAtLineBreak(LogitsProcessor):
+class EndAtLineBreak(RowRuleGuard):
     r"""Ends a response at its first line break after some text: from then on only the end token
     may follow.
 
@@ -335,13 +315,12 @@ class EndAtLineBreak(LogitsProcessor):
         if not ends or any(isinstance(e, bool) or not isinstance(e, int) or e < 0 for e in ends):
             raise ValueError(f"EndAtLineBreak needs the end token id(s), got {eos_token_id!r}")
         self.prompt_length = prompt_length
-        self.eos = torch.tensor(sorted(set(ends)), dtype=torch.long)
+        self.eos = sorted(set(ends))
         texts = _token_texts(tokenizer)
-        self.line_break = torch.tensor([i for i, t in enumerate(texts) if "\n" in t], dtype=torch.long)
-        self.text = torch.tensor([i for i, t in enumerate(texts) if t.strip()], dtype=torch.long)
+        self.line_break = frozenset(i for i, t in enumerate(texts) if "\n" in t)
+        self.text = frozenset(i for i, t in enumerate(texts) if t.strip())
         # a token such as ".\n" holds text before its line break: it ends the line by itself
-        self.text_then_break = torch.tensor([i for i, t in enumerate(texts) if "\n" in t and t.split("\n")[0].strip()],
-                                            dtype=torch.long)
+        self.text_then_break = frozenset(i for i, t in enumerate(texts) if "\n" in t and t.split("\n")[0].strip())
 
     def at(self, prompt_length: int) -> "EndAtLineBreak":
         """The same guard for responses starting at ``prompt_length`` (the vocabulary is read once)."""
@@ -353,38 +332,21 @@ class EndAtLineBreak(LogitsProcessor):
 
     def ended(self, input_ids: torch.LongTensor) -> torch.Tensor:
         """One flag per row: has the response broken a line after some text?"""
-        response = input_ids[:, self.prompt_length:]
-        if response.shape[1] == 0:
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-        is_text = torch.isin(response, self.text.to(response.device))
-        text_before = (torch.cumsum(is_text.long(), dim=1) - is_text.long()) > 0
-        breaks = torch.isin(response, self.line_break.to(response.device))
-        at_once = torch.isin(response, self.text_then_break.to(response.device))
-        return ((breaks & text_before) | at_once).any(dim=1)
+        rows = input_ids.tolist()
+        return torch.tensor([self.row_rule(r, i, len(rows)) is not None for i, r in enumerate(rows)],
+                            dtype=torch.bool, device=input_ids.device)
 
     def row_rule(self, tokens: list[int], row: int, rows: int):
-        """For :class:`~pmi_decode.guard_group.GuardGroup`: only the end token once the line broke."""
-        if "_sets" not in self.__dict__:
-            self._sets = tuple(set(t.tolist()) for t in (self.text, self.line_break, self.text_then_break))
-        text, line_break, text_then_break = self._sets
+        """Only the end token once the response has broken a line after some text."""
         seen_text = False
         for token in tokens[self.prompt_length:]:
-            if token in text_then_break or (seen_text and token in line_break):
-                return "only", self.eos.tolist()
-            seen_text = seen_text or token in text
+            if token in self.text_then_break or (seen_text and token in self.line_break):
+                return "only", self.eos
+            seen_text = seen_text or token in self.text
         return None
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        ended = self.ended(input_ids)
-        if not bool(ended.any()):
-            return scores
-        eos = self.eos.to(scores.device)
-        only_end = torch.full_like(scores, -float("inf"))
-        only_end[:, eos] = scores[:, eos]
-        return torch.where(ended[:, None], only_end, scores)
 
-
-class SentenceCaseGuard(LogitsProcessor):
+class SentenceCaseGuard(RowRuleGuard):
     r"""Forbids opening a sentence in lower case: after ". " (or "!", "?") the next word starts
     with a capital ("... with others. on the other hand" cannot be written).
 
@@ -439,16 +401,4 @@ class SentenceCaseGuard(LogitsProcessor):
     def row_rule(self, tokens: list[int], row: int, rows: int):
         """For :class:`~pmi_decode.guard_group.GuardGroup`."""
         response = tokens[self.prompt_length:]
-        return ("ban", self.banned_ids(response).tolist()) if response else None
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        scores = scores.clone()
-        for row in range(input_ids.shape[0]):
-            response = input_ids[row, self.prompt_length:].tolist()
-            if not response:
-                continue
-            banned = self.banned_ids(response)
-            banned = banned[banned < scores.shape[-1]].to(scores.device)
-            if banned.numel():
-                scores[row, banned] = -math.inf
-        return scores
+        return ("ban", self.banned_ids(response).numpy()) if response else None
