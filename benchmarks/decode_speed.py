@@ -15,6 +15,8 @@ Methods (each row of the table):
              single-candidate steps deferred (sampling's default before the paired sampling loop)
   paired     pmi_generate: both branches in one batch (greedy, beam search, sampling; beam sampling
              falls back)
+  packed     pmi_generate(packed=True), decoder-only: both halves in one row, the document-free half
+             at its own length in the cache (pmi_decode/packed.py; every mode)
   *-prompt-once  decoder-only beam modes: the prompt runs once per dialogue, not once per beam
              (pmi_generate's default, share_prompt=True; for plain decoding, prompt_cache)
   recompute  a processor that re-runs the whole unconditional prefix every step (no cache)
@@ -155,6 +157,8 @@ def runners(model, inputs, mode: str, alpha: float, p: float, new_tokens: int):
             out["paired"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=True, share_prompt=False,
                                                  **kwargs)
             out["paired-prompt-once"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, paired=True, **kwargs)
+    if not model.config.is_encoder_decoder:
+        out["packed"] = lambda: pmi_generate(model, inputs, alpha=alpha, p=p, packed=True, **kwargs)
     if mode == "greedy" and not model.config.is_encoder_decoder:
         out["cfg"] = lambda: model.generate(
             **cond,

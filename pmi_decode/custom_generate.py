@@ -95,7 +95,7 @@ def _unconditional(unconditional_inputs, negative_prompt_ids, negative_prompt_at
 
 #: PMI-Decode's own keywords of :func:`generate` (the rest of its signature is ``generate``'s), with
 #: their defaults; ``None`` reads :mod:`pmi_decode.defaults` at call time.
-GENERATE_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, paired=None, share_prompt=True,
+GENERATE_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, paired=None, packed=False, share_prompt=True,
                         normalize=False, conditional_end=False, plausibility=None, pmi_cap=None)
 #: PMI-Decode's own keywords of :func:`pmi_decoding_loop`.
 LOOP_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, normalize=False, conditional_end=False,
@@ -151,7 +151,7 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
                   synced_gpus=synced_gpus, streamer=streamer)
     kwargs.update({k: v for k, v in passed.items() if v is not None})
     return pmi_generate(model, {"conditional": cond, "unconditional": uncond}, alpha=alpha, p=p,
-                        paired=options["paired"], share_prompt=options["share_prompt"],
+                        paired=options["paired"], packed=options["packed"], share_prompt=options["share_prompt"],
                         normalize=options["normalize"], conditional_end=options["conditional_end"],
                         plausibility=options["plausibility"], pmi_cap=options["pmi_cap"], **kwargs)
 

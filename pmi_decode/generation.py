@@ -25,11 +25,11 @@ import logging
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig, LogitsProcessorList
-from transformers.cache_utils import DynamicLayer
 
 from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
-from .model_calls import cache_keyword, model_device, prefill
+from .model_calls import cache_keyword, config_has_plain_layers, model_device, plain_cache, prefill
+from .packed import PackedRows, packed_path_blocker
 from .paired_sampling import paired_sampling_loop
 from .processor import PMIDecode
 from .validation import validate_pmi_cap
@@ -173,26 +173,6 @@ def prompt_cache(model, inputs: dict, expand: int):
     return cache if hasattr(cache, "batch_repeat_interleave") else None
 
 
-def _plain_cache(cache) -> bool:
-    """Whether ``cache`` is a DynamicCache of plain full-attention layers (one key and one value
-    tensor per layer, [batch, heads, positions, dim]), the only kind whose halves can be padded
-    and joined along the batch by hand."""
-    layers = getattr(cache, "layers", None)
-    return (type(cache) is DynamicCache and bool(layers)
-            and all(type(layer) is DynamicLayer and layer.keys is not None for layer in layers))
-
-
-def _config_has_plain_layers(model) -> bool:
-    """Whether the model's own cache will be plain (see :func:`_plain_cache`), read from its
-    config before any forward: sliding-window, chunked, hybrid (linear attention) and shared
-    layers are not."""
-    try:
-        layers = DynamicCache(config=model.config).layers
-    except Exception:  # a config the cache cannot read: not known to be plain
-        return False
-    return all(type(layer) is DynamicLayer for layer in layers)
-
-
 def _own_width(mask: torch.Tensor) -> int:
     """Columns left once the leading columns that are padding in every row are dropped."""
     used = mask.bool().any(0).nonzero()
@@ -226,14 +206,14 @@ def paired_prompt_cache(model, joint: dict, expand: int):
     width, half = ids.shape[1], ids.shape[0] // 2
     halves = (slice(0, half), slice(half, None))
     own = [_own_width(mask[rows]) for rows in halves]
-    if min(own) == width or not _config_has_plain_layers(model):
+    if min(own) == width or not config_has_plain_layers(model):
         return prompt_cache(model, joint, expand)  # nothing to save, or a cache that cannot be joined
     caches = []
     with torch.no_grad():
         for rows, cols in zip(halves, own):
             cache, _ = prefill(model, ids[rows, width - cols:], mask[rows, width - cols:])
             caches.append((cache, width - cols))
-    if not all(_plain_cache(cache) for cache, _ in caches) or len({len(c.layers) for c, _ in caches}) != 1:
+    if not all(plain_cache(cache) for cache, _ in caches) or len({len(c.layers) for c, _ in caches}) != 1:
         return prompt_cache(model, joint, expand)  # the model built another cache than its config says
     joined = caches[0][0]
     for index, layer in enumerate(joined.layers):
@@ -366,7 +346,16 @@ class _Plan:
             return "beam sampling draws each half's beams independently"
         if config.do_sample and config.output_scores:
             return "sampling with output_scores (the paired loop records the drawn token's scores only)"
-        for name, value in sorted(vars(config).items()):
+        why = self._option_blocker()
+        if why:
+            return why
+        if not model.config.is_encoder_decoder and uncond["input_ids"].shape[1] > cond["input_ids"].shape[1]:
+            return "the unconditional prompt is longer than the conditional one"
+        return None
+
+    def _option_blocker(self) -> str | None:
+        """An option, generate argument or model keyword not proven exact on a joint batch."""
+        for name, value in sorted(vars(self.config).items()):
             effect, paired = OPTIONS.get(name, (None, "separate"))
             if paired == "separate" and not _neutral(name, value):
                 why = "is not known to pmi_generate" if effect is None else "is not proven exact on a stacked batch"
@@ -376,9 +365,16 @@ class _Plan:
         for name in self.model_kwargs:
             if name not in _PASSED_ON:
                 return f"{name} is passed to the model"
-        if not model.config.is_encoder_decoder and uncond["input_ids"].shape[1] > cond["input_ids"].shape[1]:
-            return "the unconditional prompt is longer than the conditional one"
         return None
+
+    def packed_blocker(self, model) -> str | None:
+        """Why the call cannot take the packed path (:mod:`pmi_decode.packed`), None if it can.
+        generate runs the conditional rows alone there and samples once per row, so sampling and
+        beam sampling are exact; the options are those of the paired path, and a cache of
+        generate's own making (``cache_implementation``) has room for plain decoding only."""
+        if self.config.cache_implementation is not None:
+            return f"cache_implementation={self.config.cache_implementation!r} is set (sized for plain decoding)"
+        return packed_path_blocker(model) or self._option_blocker()
 
     def conditional_processors(self, model, cond: dict, decoder_length: int, user) -> LogitsProcessorList:
         """The processors the separate path would run before PMIDecode, built by generate's own
@@ -445,7 +441,8 @@ def paired_path_blocker(model, inputs, **generate_kwargs) -> str | None:
 
 def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, paired: bool | None = None,
                  share_prompt: bool = True, normalize: bool = False, conditional_end: bool = False,
-                 plausibility: float | None = None, pmi_cap: float | None = None, **generate_kwargs):
+                 plausibility: float | None = None, pmi_cap: float | None = None, packed: bool = False,
+                 **generate_kwargs):
     """Generate with PMI-Decode; returns what ``generate`` returns for the conditional rows.
 
     Args:
@@ -477,6 +474,12 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             :class:`~pmi_decode.PMIDecode`).
         conditional_end: the conditional model alone decides when the response ends (see
             :class:`~pmi_decode.PMIDecode`); the end tokens are generate's ``eos_token_id``.
+        packed: decoder-only models: both halves of a dialogue in one row of generate's batch
+            (:mod:`pmi_decode.packed`): the document-free half holds its own length in the KV
+            cache, not the document's, and generate samples once per row, so sampling and beam
+            sampling stay on it. ValueError saying why where it cannot be used (encoder-decoder
+            models, flash attention, sliding-window layers, ``cache_implementation``, and the
+            options the paired path refuses). Off by default until measured on a GPU.
         **generate_kwargs: anything ``generate`` takes (num_beams, do_sample, max_new_tokens, ...).
 
     Sampling on the paired path draws the separate path's tokens for the same seed (one shared
@@ -486,6 +489,10 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     alpha, p = resolve_alpha(alpha, p)
     plausibility = defaults.PLAUSIBILITY if plausibility is None else plausibility
     pmi_cap = validate_pmi_cap(defaults.PMI_CAP if pmi_cap is None else pmi_cap)
+    if not isinstance(packed, bool):
+        raise ValueError(f"packed must be True or False, got {packed!r}")
+    if packed and paired is not None:
+        raise ValueError("packed=True is a path of its own: leave paired unset with it")
     cond, uncond = _unpack(inputs)
     kwargs = dict(generate_kwargs)
     user_processors = kwargs.get("logits_processor")
@@ -495,6 +502,21 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     if conditional_end and ends is None:
         raise ValueError("conditional_end=True needs the end token: pass eos_token_id= (the model's generation "
                          "config has none)")
+    if packed and alpha != 0.0:
+        why = plan.packed_blocker(model)
+        if why:
+            raise ValueError(f"the packed path cannot be used here: {why}; pmi_generate without packed=True picks "
+                             "a path that is exact with it")
+        kwargs.pop("logits_processor", None)
+        proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
+                         conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=False,
+                         plausibility=plausibility, pmi_cap=pmi_cap)
+        rows = PackedRows(model, cond, proc.unconditional_inputs, _expansion(config))
+        proc._packed = rows
+        processors = LogitsProcessorList(list(user_processors or []) + [proc])
+        with rows.installed():
+            output = _class_generate(model)(model, **cond, logits_processor=processors, **kwargs)
+        return rows.strip(output)
     blocker = None if paired is False else plan.blocker
     if paired is None and blocker is None and alpha == 0.0:
         # The score is the conditional log-prob alone: the separate path runs no second branch.

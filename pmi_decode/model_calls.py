@@ -10,9 +10,11 @@ from __future__ import annotations
 import inspect
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 __all__ = ["model_device", "accepts_keyword", "cache_keyword", "returned_cache", "prefill", "padding_id",
-           "left_padded"]
+           "left_padded", "plain_cache", "config_has_plain_layers"]
 
 
 def model_device(model) -> torch.device:
@@ -86,3 +88,23 @@ def left_padded(ids: torch.LongTensor, mask: torch.Tensor, pad_id: int) -> tuple
     new_ids = torch.full_like(ids, pad_id)
     new_ids[target] = ids[keep]
     return new_ids, target.to(mask.dtype)
+
+
+def plain_cache(cache) -> bool:
+    """Whether ``cache`` is a DynamicCache of plain full-attention layers (one key and one value
+    tensor per layer, [batch, heads, positions, dim]), the only kind whose halves can be padded
+    and joined along the batch by hand."""
+    layers = getattr(cache, "layers", None)
+    return (type(cache) is DynamicCache and bool(layers)
+            and all(type(layer) is DynamicLayer and layer.keys is not None for layer in layers))
+
+
+def config_has_plain_layers(model) -> bool:
+    """Whether the model's own cache will be plain (see :func:`plain_cache`), read from its
+    config before any forward: sliding-window, chunked, hybrid (linear attention) and shared
+    layers are not."""
+    try:
+        layers = DynamicCache(config=model.config).layers
+    except Exception:  # a config the cache cannot read: not known to be plain
+        return False
+    return all(type(layer) is DynamicLayer for layer in layers)

@@ -240,6 +240,7 @@ class PMIDecode(LogitsProcessor):
         self._branch: DocumentFreeBranch | None = None  # separate mode: the branch of the current generation
         self._forward_log = ForwardLog()  # what the model's forwards showed since the last step
         self._stacked: _StackedBatch | None = None  # paired mode: the batch stack() built
+        self._packed = None  # pmi_generate's packed path: the forward that ran both halves (pmi_decode.packed)
         if not self.paired:
             if getattr(model, "training", False):
                 raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
@@ -360,6 +361,8 @@ class PMIDecode(LogitsProcessor):
         distribution; the branch follows it without a forward (None) unless it opens a generation."""
         if getattr(self.model, "training", False):
             raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
+        if self._packed is not None:  # the step's forward ran the document-free half already
+            return torch.log_softmax(self._packed.unconditional_logits(input_ids).to(dtype), dim=-1)
         if self._forward_log.starts_generation(input_ids) or self._branch is None:
             # generate ran its encoder once on its prompts since the last step (other encoder runs,
             # e.g. a scoring call, may have happened too): one of them must match the unconditional rows

@@ -2,8 +2,8 @@
 run on one row that holds the conditional prompt and then the document-free prompt, with a 4-D
 mask that keeps each half to its own positions and position ids that restart for the second half,
 gives each half's logits exactly as two separate runs do, at the prefill and at a cached step
-that feeds the chosen token to both halves. Not used by the package yet: this pins the
-transformers behaviour the design relies on, per model family."""
+that feeds the chosen token to both halves. This pins the transformers behaviour that the packed
+path (pmi_decode/packed.py) relies on, per model family."""
 
 import pytest
 import torch

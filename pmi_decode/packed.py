@@ -1,0 +1,204 @@
+"""The packed path: both halves of a dialogue in one row of ``generate``'s batch.
+
+The paired batch (:mod:`pmi_decode.paired`) gives the document-free prompt a row of its own,
+padded to the width of the prompt with the document: it holds and attends over the document's
+length although it reads only the history, so memory and long-document time grow twice as fast as
+plain decoding's. Here ``generate`` runs its own batch (the conditional prompts, one row per
+dialogue and beam, exactly as plain decoding) and :class:`PackedRows` wraps the model's forward
+for the call:
+
+* the prefill runs the conditional prompts as ``generate`` asked (each prompt once, shared by its
+  beams), then the document-free prompts at their own width, and joins the two KV caches along
+  the positions: each row's cache holds the document and history once, the history a second time;
+* every later step feeds each row two copies of the chosen token, one per half, with position ids
+  that continue each half's own count and a 4-D attention mask that keeps each half to its own
+  positions; the conditional logits go back to ``generate``, the document-free ones to
+  :class:`~pmi_decode.PMIDecode` (:meth:`PackedRows.unconditional_logits`), without a second
+  forward;
+* beam search reorders the rows, so both halves move together; sampling draws once per row, so
+  the draws are the separate path's for the same seed.
+
+It needs a decoder-only model whose attention takes a custom 4-D mask with explicit position ids
+(``sdpa`` attention) and a plain per-layer key/value cache; :func:`packed_path_blocker`
+says why a call cannot take it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+from .forward_watch import branch_forward
+from .model_calls import (accepts_keyword, cache_keyword, config_has_plain_layers, left_padded, padding_id,
+                          plain_cache, prefill, returned_cache)
+from .paired import StepChecks
+
+__all__ = ["PackedRows", "packed_path_blocker", "ATTENTION_WITH_CUSTOM_MASKS"]
+
+#: Attention implementations the packed path runs on: ``sdpa`` reads a custom 4-D boolean mask as
+#: given (True = attend). Flash attention takes no 4-D mask, flex attention wants a block mask, and
+#: eager attention an additive one (not tried: the separate path's reference gives NaN on the tiny
+#: test models under eager attention, so nothing could prove it exact).
+ATTENTION_WITH_CUSTOM_MASKS = ("sdpa",)
+
+
+def packed_path_blocker(model) -> str | None:
+    """Why the model cannot take the packed path (None if it can), read from the model alone;
+    the call's options are checked by :func:`pmi_decode.pmi_generate`."""
+    if model.config.is_encoder_decoder:
+        return "an encoder-decoder model (the packed path joins decoder-only prompts)"
+    if callable(getattr(model, "get_base_model", None)):
+        return "a peft model (its generate runs the wrapped model's forward)"
+    if not accepts_keyword(model, "position_ids"):
+        return "the model's forward takes no position_ids"
+    attention = getattr(model.config, "_attn_implementation", None)
+    if attention not in ATTENTION_WITH_CUSTOM_MASKS:
+        return f"attention implementation {attention!r} (the packed path needs one of {ATTENTION_WITH_CUSTOM_MASKS})"
+    if not config_has_plain_layers(model):
+        return "the model's cache has sliding-window, chunked, linear or shared layers"
+    return None
+
+
+class PackedRows:
+    """The model's forward for one ``generate`` call on the packed path (install it with
+    :meth:`installed`). ``cond``: the conditional prompts given to generate; ``uncond``: the
+    document-free prompts, one row each; ``expand``: rows per prompt (beams, returned sequences)."""
+
+    def __init__(self, model, cond: dict, uncond: dict, expand: int):
+        self.model = model
+        self.cond_ids = cond["input_ids"]
+        ids, mask = uncond["input_ids"], uncond["attention_mask"]
+        if not bool(mask[:, -1].all()):
+            ids, mask = left_padded(ids, mask, padding_id(model))
+        self.uncond_ids, self.uncond_mask = ids, mask
+        self.expand = int(expand)
+        self.cache_keyword = cache_keyword(model)
+        self.checks = StepChecks()
+        self._original = None
+        self._through = 0  # > 0 while a forward of ours runs the original forward
+        self.fed = 0  # columns of generate's sequences that the cache holds
+        self.allowed: torch.Tensor | None = None  # [rows, half, cache position]: what each half may see
+        self.next_uncond: torch.Tensor | None = None  # each row's next document-free position
+        self.next_cond: torch.Tensor | None = None  # used when generate passes no position ids
+        self.uncond_logits: torch.Tensor | None = None
+
+    @contextlib.contextmanager
+    def installed(self):
+        """The model's forward is this object's for the duration (an instance attribute that
+        hides the class's forward; removed afterwards, so the model is left as it was)."""
+        model = self.model
+        had_own = "forward" in vars(model)
+        self._original = model.forward
+
+        @functools.wraps(self._original)
+        def forward(*args, **kwargs):
+            return self._forward(*args, **kwargs)
+
+        model.forward = forward
+        try:
+            yield self
+        finally:
+            if had_own:
+                model.forward = self._original
+            else:
+                del model.forward
+
+    def _forward(self, *args, **kwargs):
+        if self._through:  # a forward we run ourselves (the document-free prefill)
+            return self._original(*args, **kwargs)
+        if args:
+            raise ValueError("the packed path expects generate's keyword-only forward calls")
+        cache = kwargs.get(self.cache_keyword)
+        if cache is None:
+            raise ValueError("the packed path needs generate's KV cache (use_cache=False is not supported)")
+        if cache.get_seq_length() == 0:
+            return self._prefill(kwargs)
+        return self._step(kwargs)
+
+    def _prefill(self, kwargs: dict):
+        """The conditional prompts (each once, its cache and logits repeated to its rows), then
+        the document-free prompts at their own width, joined along the positions."""
+        ids, mask = kwargs["input_ids"], kwargs.get("attention_mask")
+        rows, k = ids.shape[0], self.expand
+        expected = self.cond_ids.repeat_interleave(k, dim=0)
+        if ids.shape != expected.shape or not torch.equal(ids, expected.to(ids.device)):
+            raise ValueError("the packed path: generate's prompts are not the conditional inputs it was given")
+        if mask is None:
+            mask = torch.ones_like(ids)
+        once = dict(kwargs)
+        for name in ("input_ids", "attention_mask", "position_ids"):
+            if torch.is_tensor(once.get(name)) and once[name].shape[0] == rows:
+                once[name] = once[name][::k]
+        out = self._original(**once)
+        cache = returned_cache(out)
+        if k > 1:
+            cache.batch_repeat_interleave(k)
+            out.logits = out.logits.repeat_interleave(k, dim=0)
+        self._through += 1
+        try:
+            with torch.no_grad(), branch_forward():
+                u_cache, u_logits = prefill(self.model, self.uncond_ids, self.uncond_mask, k)
+        finally:
+            self._through -= 1
+        if not (plain_cache(cache) and plain_cache(u_cache)) or len(cache.layers) != len(u_cache.layers):
+            raise ValueError("the packed path needs a plain key/value cache in every layer; use pmi_generate's "
+                             "default path for this model")
+        for layer, other in zip(cache.layers, u_cache.layers):
+            layer.keys = torch.cat([layer.keys, other.keys], dim=-2)
+            layer.values = torch.cat([layer.values, other.values], dim=-2)
+        u_mask = self.uncond_mask.repeat_interleave(k, dim=0).bool()
+        c_mask = mask.bool()
+        self.allowed = torch.stack([
+            torch.cat([c_mask, torch.zeros_like(u_mask)], dim=-1),
+            torch.cat([torch.zeros_like(c_mask), u_mask], dim=-1),
+        ], dim=1)
+        self.next_uncond = u_mask.sum(-1)
+        self.next_cond = torch.full_like(self.next_uncond, ids.shape[1])
+        self.fed = ids.shape[1]
+        self.uncond_logits = u_logits.repeat_interleave(k, dim=0)
+        return out
+
+    def _step(self, kwargs: dict):
+        """One token for both halves of every row."""
+        ids = kwargs["input_ids"]
+        if ids.shape[1] != 1 or self.allowed is None or ids.shape[0] != self.allowed.shape[0]:
+            raise ValueError("the packed path: generate's step does not continue the packed batch (one new token "
+                             "per row is expected)")
+        rows = ids.shape[0]
+        given = kwargs.get("position_ids")
+        cond_pos = given[:, -1] if torch.is_tensor(given) else self.next_cond
+        own = torch.eye(2, dtype=torch.bool, device=ids.device).expand(rows, 2, 2)
+        self.allowed = torch.cat([self.allowed, own], dim=-1)
+        step = dict(kwargs)
+        step.pop("logits_to_keep", None)
+        step.update(input_ids=ids.repeat(1, 2), position_ids=torch.stack([cond_pos, self.next_uncond], dim=1),
+                    attention_mask=self.allowed[:, None], use_cache=True)
+        out = self._original(**step)
+        self.next_uncond = self.next_uncond + 1
+        self.next_cond = self.next_cond + 1
+        self.fed += 1
+        self.uncond_logits = out.logits[:, 1]
+        out.logits = out.logits[:, :1]
+        return out
+
+    def unconditional_logits(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        """The document-free next-token logits of the step ``generate`` just ran for ``input_ids``."""
+        if self.uncond_logits is None or input_ids.shape != (self.uncond_logits.shape[0], self.fed):
+            raise ValueError(
+                "the packed path: the sequences handed to PMIDecode are not those of the step the model just ran "
+                "(PMIDecode of the packed path belongs to its pmi_generate call)")
+        self.checks.require(torch.isnan(self.uncond_logits).any(),
+                            "the packed path: the document-free half's logits hold NaN (try float32, or check "
+                            "the unconditional inputs' padding)")
+        self.checks.step_done()
+        return self.uncond_logits
+
+    def strip(self, output):
+        """generate's output without the packed cache (it holds both halves), after the queued checks."""
+        self.checks.flush()
+        if torch.is_tensor(output):
+            return output
+        fields = {key: value for key, value in output.items() if key not in ("past_key_values", "cache")}
+        return type(output)(**fields)

@@ -1,0 +1,129 @@
+"""pmi_generate(packed=True): both halves in one row give the separate path's tokens in every
+mode (greedy, beam, sampling, beam sampling), hold the document-free half at its own length in
+the cache, and refuse what they cannot run."""
+
+import pytest
+import torch
+from reference import ReferencePMIDecode, unpadded
+from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
+
+from pmi_decode import PMIDecode, build_inputs, pmi_generate
+
+NEW = dict(max_new_tokens=8, min_new_tokens=4)
+MODES = {
+    "greedy": dict(),
+    "beam": dict(num_beams=4, num_return_sequences=2, length_penalty=0.7),
+    "sampling": dict(do_sample=True, top_k=0, num_return_sequences=2),
+    "beam-sampling": dict(do_sample=True, num_beams=3, num_return_sequences=2),
+}
+
+
+def setup(kind, attention=None):
+    tok, model = tiny_tokenizer(kind), tiny_model(kind, logit_scale=PEAKED[kind])
+    if attention is not None:
+        model.set_attn_implementation(attention)
+    docs, hists = [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES]
+    return model, build_inputs(tok, docs, hists, model=model)
+
+
+def separate(model, inputs, alpha, p, seed=0, **kwargs):
+    torch.manual_seed(seed)
+    proc = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"])
+    return model.generate(**inputs["conditional"], logits_processor=[proc], **kwargs)
+
+
+@pytest.mark.exactness
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_packed_equals_separate(kind, mode):
+    model, inputs = setup(kind)
+    options = dict(**NEW, **MODES[mode])
+    expected = separate(model, inputs, 0.5, 0.9, **options)
+    torch.manual_seed(0)
+    got = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **options)
+    assert torch.equal(got, expected)
+    assert "forward" not in vars(model)  # the wrapper is gone after the call
+
+
+@pytest.mark.exactness
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+@pytest.mark.parametrize("mode", ["greedy", "beam", "sampling"])
+def test_packed_equals_the_slow_reference(kind, mode):
+    """Against the processor that re-runs every row's document-free sequence from scratch."""
+    model, inputs = setup(kind)
+    options = dict(**NEW, **MODES[mode])
+    ref = ReferencePMIDecode(0.5, 0.9, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
+                             conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1])
+    torch.manual_seed(0)
+    expected = model.generate(**inputs["conditional"], logits_processor=[ref], **options)
+    torch.manual_seed(0)
+    got = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **options)
+    assert torch.equal(got, expected)
+    assert not torch.equal(got, model.generate(**inputs["conditional"], **options))
+
+
+@pytest.mark.parametrize("kind, attention, why", [
+    ("bloom", None, "takes no position_ids"),
+    ("llama", "eager", "attention implementation 'eager'"),
+    ("bart", None, "an encoder-decoder model"),
+])
+def test_models_the_packed_path_cannot_run_are_refused(kind, attention, why):
+    model, inputs = setup(kind, attention)
+    with pytest.raises(ValueError, match=f"the packed path cannot be used here: .*{why}"):
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **NEW)
+
+
+@pytest.mark.parametrize("options, why", [
+    (dict(cache_implementation="static"), "cache_implementation='static'"),
+    (dict(output_attentions=True, return_dict_in_generate=True), "output_attentions=True"),
+    (dict(prompt_lookup_num_tokens=3), "prompt_lookup_num_tokens=3"),
+])
+def test_options_the_packed_path_cannot_run_are_refused(options, why):
+    model, inputs = setup("llama")
+    with pytest.raises(ValueError, match=f"the packed path cannot be used here: {why}"):
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **NEW, **options)
+    with pytest.raises(ValueError, match="leave paired unset"):
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, paired=True, **NEW)
+
+
+def test_the_document_free_half_holds_its_own_length():
+    """The cache's positions are the conditional prompt's, the document-free prompt's and two a
+    step, not twice the conditional prompt's (the paired batch's); the output drops that cache."""
+    model, inputs = setup("llama")
+    seen = []
+    original = PMIDecode._unconditional_log_probs
+
+    def spy(self, input_ids, *args, **kwargs):
+        seen.append((input_ids.shape[1], self._packed.allowed.shape[-1]))
+        return original(self, input_ids, *args, **kwargs)
+
+    PMIDecode._unconditional_log_probs = spy
+    try:
+        out = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, max_new_tokens=4,
+                           return_dict_in_generate=True)
+    finally:
+        PMIDecode._unconditional_log_probs = original
+    width_c = inputs["conditional"]["input_ids"].shape[1]
+    width_u = int(inputs["unconditional"]["attention_mask"].sum(-1).max())
+    assert width_u < width_c
+    assert seen[0] == (width_c, width_c + inputs["unconditional"]["input_ids"].shape[1])
+    assert [cache - seen[0][1] for _, cache in seen] == [2 * step for step in range(len(seen))]
+    assert out.get("past_key_values") is None and out.get("cache") is None
+
+
+def test_sequences_not_of_the_packed_step_are_refused():
+    model, inputs = setup("gpt2")
+    proc_calls = []
+
+    class Meddler:
+        """A user processor that hands PMIDecode other sequences than the step's."""
+        def __call__(self, input_ids, scores):
+            proc_calls.append(1)
+            return scores
+
+    out = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, logits_processor=[Meddler()], **NEW)
+    assert proc_calls and out.shape[0] == inputs["conditional"]["input_ids"].shape[0]
+    from pmi_decode.packed import PackedRows
+    rows = PackedRows(model, inputs["conditional"], inputs["unconditional"], 1)
+    with pytest.raises(ValueError, match="not those of the step the model just ran"):
+        rows.unconditional_logits(inputs["conditional"]["input_ids"])
