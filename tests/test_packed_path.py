@@ -73,6 +73,21 @@ def test_models_the_packed_path_cannot_run_are_refused(kind, attention, why):
         pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **NEW)
 
 
+def test_sliding_window_layers_are_refused():
+    """Gemma 3 (the embedded Gemma model's family) mixes sliding-window layers into its cache."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    config = Gemma3TextConfig(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8,
+                              layer_types=["sliding_attention", "full_attention"], pad_token_id=0, bos_token_id=1,
+                              eos_token_id=2, attn_implementation="sdpa")
+    model = Gemma3ForCausalLM(config).eval()
+    tok = tiny_tokenizer("llama")
+    inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
+    with pytest.raises(ValueError, match="the packed path cannot be used here: the model's cache has sliding-window"):
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **NEW)
+
+
 @pytest.mark.parametrize("options, why", [
     (dict(cache_implementation="static"), "cache_implementation='static'"),
     (dict(output_attentions=True, return_dict_in_generate=True), "output_attentions=True"),
