@@ -77,34 +77,43 @@ def _write_jsonl(path: Path, records: list[dict]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
-def _generate_args(args, inp: Path, out: Path, plain: bool) -> list[str]:
+def _generate_args(args, inp: Path, out: Path, plain: bool, packed: bool = False) -> list[str]:
     argv = ["generate", "--model", args.model, "--input", str(inp), "--output", str(out), "--quiet",
             "--num-beams", str(args.num_beams), "--max-new-tokens", str(args.max_new_tokens),
             "--batch-size", str(args.batch_size)]
     argv += [f"--{key}={getattr(args, key)}" for key in ("device", "dtype") if getattr(args, key)]
     if plain:
         return argv + ["--alpha", "0", "--p", "1"]
-    return argv + ([] if args.cli_defaults else ["--alpha", str(args.alpha), "--p", str(args.p)])
+    return (argv + ([] if args.cli_defaults else ["--alpha", str(args.alpha), "--p", str(args.p)])
+            + (["--packed"] if packed else []))
 
 
 def end_to_end(args, inp: Path, work: Path) -> dict:
-    times = {"plain": [], "pmi": []}
+    names = ["plain", "pmi"] + (["pmi_packed"] if args.also_packed else [])
+    times = {name: [] for name in names}
     n = sum(1 for _ in open(inp))
     outputs = {}
     for rep in range(args.repeats):
-        order = ["plain", "pmi"] if rep % 2 == 0 else ["pmi", "plain"]
+        order = names if rep % 2 == 0 else names[::-1]
         for name in order:
             out = work / f"e2e-{name}-{rep}.jsonl"
             start = time.perf_counter()
-            if cli_main(_generate_args(args, inp, out, plain=name == "plain")) != 0:
+            if cli_main(_generate_args(args, inp, out, plain=name == "plain", packed=name == "pmi_packed")) != 0:
                 raise SystemExit(f"generate failed ({name})")
             times[name].append(time.perf_counter() - start)
             outputs[name] = [json.loads(line)["pmi_response"] for line in open(out)]
             print(f"  end to end {name} rep {rep}: {times[name][-1]:.1f} s", flush=True)
     plain, pmi = statistics.median(times["plain"]), statistics.median(times["pmi"])
-    return {"dialogues": n, "wall_s": {"plain": plain, "pmi": pmi}, "all_wall_s": times,
-            "dialogues_per_s": {"plain": n / plain, "pmi": n / pmi}, "ratio_pmi_to_plain": pmi / plain,
-            "responses_differ": sum(a != b for a, b in zip(outputs["plain"], outputs["pmi"]))}
+    result = {"dialogues": n, "wall_s": {"plain": plain, "pmi": pmi}, "all_wall_s": times,
+              "dialogues_per_s": {"plain": n / plain, "pmi": n / pmi}, "ratio_pmi_to_plain": pmi / plain,
+              "responses_differ": sum(a != b for a, b in zip(outputs["plain"], outputs["pmi"]))}
+    if args.also_packed:
+        packed = statistics.median(times["pmi_packed"])
+        result["wall_s"]["pmi_packed"] = packed
+        result["dialogues_per_s"]["pmi_packed"] = n / packed
+        result["ratio_pmi_packed_to_plain"] = packed / plain
+        result["packed_responses_differ_from_pmi"] = sum(a != b for a, b in zip(outputs["pmi"], outputs["pmi_packed"]))
+    return result
 
 
 def timed_batch(args, tokenizer, records: list[dict]) -> list[dict]:
@@ -331,6 +340,8 @@ def main(argv=None):
     parser.add_argument("--dtype", default=None, help="generate's --dtype")
     parser.add_argument("--cli-defaults", action="store_true",
                         help="the PMI-Decode run takes the command's own defaults instead of --alpha and --p")
+    parser.add_argument("--also-packed", action="store_true",
+                        help="end_to_end: also time the PMI run with --packed, interleaved with the others")
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--dialogues", type=int, default=8, help="size of the timed random sample")
     parser.add_argument("--num-beams", type=int, default=4)

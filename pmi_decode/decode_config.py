@@ -378,6 +378,11 @@ class DecodeConfig:
         False, help_rank=160, setting=_prefer_finished_setting,
         help="beam search: return the best of the final beams that ended with the end token rather than a "
         "better-scored one that --max-new-tokens cut; the best beam when none ended (default: {default})")
+    packed: bool = option(
+        False, help_rank=190, setting=_when_on(),
+        help="decoder-only models: both halves of each dialogue in one row of the batch, so the document-free "
+        "half holds its own length in the KV cache, not the document's (same tokens; less memory on long "
+        "documents; refused, with the reason, where the model cannot take it) (default: {default})")
     #: the prompt layout (a :class:`~pmi_decode.inputs.DialogueFormat`; ``None``: the default one)
     format: object = option(None, code_only=True, setting=_format_setting)
 
@@ -503,7 +508,7 @@ class DecodeConfig:
         alpha, p = resolve_alpha(self.alpha, self.p)
         return dict(alpha=alpha, p=p, normalize=self.normalize_scores, conditional_end=self.conditional_end,
                     plausibility=float(self.plausibility),
-                    pmi_cap=math.inf if self.pmi_cap is None else float(self.pmi_cap))
+                    pmi_cap=math.inf if self.pmi_cap is None else float(self.pmi_cap), packed=self.packed)
 
     @property
     def hypotheses_per_dialogue(self) -> int:

@@ -456,3 +456,23 @@ def test_quiet_prints_nothing_but_errors(tmp_path, llama_dir, capfd):
     from transformers.utils import logging as hf_logging
 
     assert hf_logging.is_progress_bar_enabled() and logging.getLogger("pmi_decode").level == logging.NOTSET
+
+
+@pytest.mark.parametrize("mode", [["--num-beams", "3"], ["--num-beams", "1", "--do-sample", "--seed", "3"]])
+def test_packed_gives_the_default_paths_responses(tmp_path, llama_dir, mode):
+    """--packed (both halves in one row) with the CLI's guards and defaults: the same records."""
+    inp = _write_input(tmp_path / "in.jsonl", _records(4))
+    outs = []
+    for extra in ([], ["--packed"]):
+        out = str(tmp_path / f"out{len(outs)}.jsonl")
+        assert _gen(llama_dir, inp, out, "--batch-size", "2", *mode, *extra) == 0
+        outs.append(_read(out))
+    assert [r["pmi_response"] for r in outs[0]] == [r["pmi_response"] for r in outs[1]]
+    assert outs[1][0]["settings"]["packed"] is True and "packed" not in outs[0][0]["settings"]
+
+
+def test_packed_on_a_model_that_cannot_take_it_is_a_clear_error(tmp_path, capsys):
+    folder = _save(tmp_path, "bart")
+    inp = _write_input(tmp_path / "in.jsonl", _records(1))
+    assert _gen(folder, inp, str(tmp_path / "out.jsonl"), "--packed") != 0
+    assert "the packed path cannot be used here: an encoder-decoder model" in capsys.readouterr().err

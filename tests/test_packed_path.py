@@ -5,7 +5,9 @@ the cache, and refuse what they cannot run."""
 import pytest
 import torch
 from reference import ReferencePMIDecode, unpadded
-from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
+from test_generation import separate
+from test_generation import setup as setup_generation
+from tiny_models import DIALOGUES, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, pmi_generate
 
@@ -19,17 +21,10 @@ MODES = {
 
 
 def setup(kind, attention=None):
-    tok, model = tiny_tokenizer(kind), tiny_model(kind, logit_scale=PEAKED[kind])
+    model, inputs = setup_generation(kind)
     if attention is not None:
         model.set_attn_implementation(attention)
-    docs, hists = [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES]
-    return model, build_inputs(tok, docs, hists, model=model)
-
-
-def separate(model, inputs, alpha, p, seed=0, **kwargs):
-    torch.manual_seed(seed)
-    proc = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"])
-    return model.generate(**inputs["conditional"], logits_processor=[proc], **kwargs)
+    return model, inputs
 
 
 @pytest.mark.exactness

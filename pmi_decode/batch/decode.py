@@ -334,15 +334,17 @@ def _batch_seed(seed: int, ids: Sequence) -> int:
 
 
 def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False, conditional_end=False,
-                   plausibility=0.0, pmi_cap=math.inf):
+                   plausibility=0.0, pmi_cap=math.inf, packed=False):
     try:
         from ..generation import pmi_generate
     except ImportError:
         pmi_generate = None
     if pmi_generate is not None:
         out = pmi_generate(model, inputs, alpha=alpha, p=p, normalize=normalize, conditional_end=conditional_end,
-                           plausibility=plausibility, pmi_cap=pmi_cap, **generate_kwargs)
+                           plausibility=plausibility, pmi_cap=pmi_cap, packed=packed, **generate_kwargs)
         return out.sequences if hasattr(out, "sequences") else out
+    if packed:
+        raise ValueError("packed needs pmi_generate (pmi_decode.generation)")
     processor = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"], normalize=normalize,
                           conditional_end=conditional_end, plausibility=plausibility, pmi_cap=pmi_cap)
     kwargs = dict(generate_kwargs)
