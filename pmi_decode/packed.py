@@ -35,7 +35,7 @@ from .model_calls import (accepts_keyword, cache_keyword, config_has_plain_layer
                           plain_cache, prefill, returned_cache)
 from .paired import StepChecks
 
-__all__ = ["PackedRows", "packed_path_blocker", "ATTENTION_WITH_CUSTOM_MASKS"]
+__all__ = ["PackedRows", "packed_path_blocker", "ATTENTION_WITH_CUSTOM_MASKS", "grouped_query_step"]
 
 #: Attention implementations the packed path runs on: ``sdpa`` reads a custom 4-D boolean mask as
 #: given (True = attend). Flash attention takes no 4-D mask, flex attention wants a block mask, and
@@ -59,6 +59,64 @@ def packed_path_blocker(model) -> str | None:
     if not config_has_plain_layers(model):
         return "the model's cache has sliding-window, chunked, linear or shared layers"
     return None
+
+
+# keywords of transformers' sdpa attention that grouped_query_step does not handle (it hands such calls on)
+_NOT_GROUPED = ("softcap", "position_bias", "s_aux", "sinks", "sliding_window")
+
+
+def grouped_query_step(original):
+    """transformers' ``sdpa`` attention for the packed step of a model whose query heads share
+    key/value heads (grouped-query attention), without copying the keys and values.
+
+    With a mask, transformers repeats every key/value head for each query head it serves (a copy
+    of the whole cache, per layer and step) unless the step has a single query position; the
+    packed step has two. Here the query heads of one key/value head are laid out as further query
+    positions of that head, each with its position's mask row, so attention reads the cache as it
+    is: the same dot products, the same softmax rows. Calls this does not fit (one query position,
+    no custom mask, models with soft-capping, biases or sinks) go to ``original``."""
+
+    def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+        groups = int(getattr(module, "num_key_value_groups", 1) or 1)
+        rows, heads, length, dim = query.shape
+        if (groups <= 1 or length == 1 or attention_mask is None or attention_mask.dim() != 4
+                or attention_mask.shape[1] != 1 or attention_mask.shape[2] != length or key.shape[1] * groups != heads
+                or any(kwargs.get(name) is not None for name in _NOT_GROUPED)):
+            return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                            is_causal=is_causal, **kwargs)
+        # query head h = key head * groups + g (transformers' repeat_kv order): rows (g, position)
+        packed = query.reshape(rows, key.shape[1], groups * length, dim)
+        mask = attention_mask[..., : key.shape[-2]].repeat(1, 1, groups, 1)
+        out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, dropout_p=dropout,
+                                                               scale=scaling)
+        return out.reshape(rows, heads, length, dim).transpose(1, 2).contiguous(), None
+
+    return attention
+
+
+@contextlib.contextmanager
+def _grouped_query_attention(model):
+    """``sdpa`` is :func:`grouped_query_step` for the duration (a local override in transformers'
+    attention registry, removed afterwards). It changes no result, only how the cache is read,
+    so another model using ``sdpa`` meanwhile is unaffected but for float rounding."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    config = model.config.get_text_config(decoder=True)
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    if not heads or kv_heads >= heads or "sdpa" not in ALL_ATTENTION_FUNCTIONS:
+        yield
+        return
+    local = ALL_ATTENTION_FUNCTIONS._local_mapping
+    had, before = "sdpa" in local, local.get("sdpa")
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = grouped_query_step(ALL_ATTENTION_FUNCTIONS["sdpa"])
+    try:
+        yield
+    finally:
+        if had:
+            local["sdpa"] = before
+        else:
+            del ALL_ATTENTION_FUNCTIONS["sdpa"]
 
 
 class PackedRows:
@@ -175,7 +233,8 @@ class PackedRows:
         step.pop("logits_to_keep", None)
         step.update(input_ids=ids.repeat(1, 2), position_ids=torch.stack([cond_pos, self.next_uncond], dim=1),
                     attention_mask=self.allowed[:, None], use_cache=True)
-        out = self._original(**step)
+        with _grouped_query_attention(self.model):
+            out = self._original(**step)
         self.next_uncond = self.next_uncond + 1
         self.next_cond = self.next_cond + 1
         self.fed += 1

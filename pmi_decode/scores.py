@@ -11,6 +11,7 @@ its own cache, or the second half of a paired batch) is :mod:`pmi_decode.process
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -23,6 +24,11 @@ __all__ = ["nucleus_mask", "plausible_mask", "pmi_candidates", "pmi_scores", "si
 # Top-k sizes tried before a full sort: sized to real models' nuclei (measured by
 # benchmarks/nucleus_sizes.py; the sizes and why: docs/processor.md and docs/scale_out.md).
 _NUCLEUS_STAGES = (64, 1024)
+#: Device types on which :func:`nucleus_mask` tries the top k first. Each stage reads which rows it
+#: settled, which on an accelerator makes the host wait for the device (several times a step, so
+#: the host can no longer queue the next step while the device works); there one sort of every row
+#: is cheap and waits for nothing.
+STAGED_ON = ("cpu",)
 
 
 def _finite(values: torch.Tensor) -> torch.Tensor:
@@ -39,7 +45,10 @@ def nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
     if p >= 1.0:
         return finite
     probs = log_probs.exp()
-    # A full sort of a 50k vocabulary dominates the processor's own cost, and a trained model's
+    if probs.device.type not in STAGED_ON:
+        flat = probs.reshape(-1, probs.shape[-1])
+        return _sorted_nucleus(flat, p).reshape(probs.shape) & finite
+    # On a CPU a full sort of a 50k vocabulary dominates the processor's own cost, and a trained model's
     # nucleus almost always lies within its top few dozen tokens: try the top k first, then a
     # larger k for the rows whose top k holds less than p of the mass, and sort only the rows
     # still short (same set either way: a top k in descending order is a full sort's prefix).
@@ -225,6 +234,13 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
     return torch.log_softmax(out, dim=-1) if normalize else out
 
 
+@functools.lru_cache(maxsize=32)
+def _ids_on(ids: tuple, device: torch.device) -> torch.Tensor:
+    """Token ids as a tensor on ``device``, made once: a copy from host memory every step would
+    make the host wait for an accelerator at every step."""
+    return torch.tensor(ids, dtype=torch.long, device=device)
+
+
 def conditional_end_scores(lp_c: torch.Tensor, pmi: torch.Tensor, end_ids: torch.Tensor,
                            normalize: bool = False) -> torch.Tensor:
     """Step scores in which ending the response is the conditional model's decision and PMI
@@ -244,7 +260,7 @@ def conditional_end_scores(lp_c: torch.Tensor, pmi: torch.Tensor, end_ids: torch
     if end_ids.numel() and int(end_ids.max()) >= pmi.shape[-1]:
         raise ValueError(f"end token id {int(end_ids.max())} is outside the vocabulary of {pmi.shape[-1]} tokens")
     is_end = torch.zeros_like(keep)
-    is_end[..., end_ids.to(pmi.device)] = True
+    is_end[..., _ids_on(tuple(end_ids.tolist()), pmi.device)] = True
     end, rest = keep & is_end, keep & ~is_end
     minus_inf = torch.full_like(pmi, -math.inf)
     lp_end = lp_c - torch.logsumexp(torch.where(keep, lp_c, minus_inf), dim=-1, keepdim=True)

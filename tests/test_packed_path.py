@@ -137,3 +137,55 @@ def test_sequences_not_of_the_packed_step_are_refused():
     rows = PackedRows(model, inputs["conditional"], inputs["unconditional"], 1)
     with pytest.raises(ValueError, match="not those of the step the model just ran"):
         rows.unconditional_logits(inputs["conditional"]["input_ids"])
+
+
+def test_grouped_query_step_equals_transformers_sdpa():
+    """The packed step's attention for grouped-query models reads the cache without repeating
+    key/value heads, and gives transformers' own result (which repeats them)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from pmi_decode.packed import grouped_query_step
+
+    original = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal, module.training = 3, True, False
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(5, 6, 2, 8, generator=generator, dtype=torch.float64)
+    key, value = (torch.randn(5, 2, 11, 8, generator=generator, dtype=torch.float64) for _ in range(2))
+    mask = torch.rand(5, 1, 2, 11, generator=generator) > 0.4
+    mask[..., 0] = True  # every query sees something
+    got, _ = grouped_query_step(original)(module, query, key, value, mask, scaling=0.3)
+    expected, _ = original(module, query, key, value, mask, scaling=0.3)
+    assert got.shape == expected.shape == (5, 2, 6, 8)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    # a wrong head grouping would not be equal: the test can fail
+    shuffled, _ = grouped_query_step(original)(module, query[:, [1, 0, 2, 3, 4, 5]], key, value, mask, scaling=0.3)
+    assert not torch.allclose(shuffled, expected)
+
+
+def test_the_packed_step_uses_the_grouped_attention_and_restores_sdpa():
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    import pmi_decode.packed as packed
+
+    model, inputs = setup("llama")  # 4 query heads over 2 key/value heads
+    calls = []
+    real = packed.grouped_query_step
+
+    def counting(original):
+        inner = real(original)
+
+        def attention(module, query, *args, **kwargs):
+            calls.append(query.shape[2])
+            return inner(module, query, *args, **kwargs)
+        return attention
+
+    before = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    packed.grouped_query_step = counting
+    try:
+        got = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, num_beams=2, **NEW)
+    finally:
+        packed.grouped_query_step = real
+    assert calls and set(calls) == {2}  # the two-token steps only, every layer
+    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is before and "sdpa" not in ALL_ATTENTION_FUNCTIONS._local_mapping
+    assert torch.equal(got, separate(model, inputs, 0.5, 0.9, num_beams=2, **NEW))
