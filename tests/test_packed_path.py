@@ -189,3 +189,21 @@ def test_the_packed_step_uses_the_grouped_attention_and_restores_sdpa():
     assert calls and set(calls) == {2}  # the two-token steps only, every layer
     assert ALL_ATTENTION_FUNCTIONS["sdpa"] is before and "sdpa" not in ALL_ATTENTION_FUNCTIONS._local_mapping
     assert torch.equal(got, separate(model, inputs, 0.5, 0.9, num_beams=2, **NEW))
+
+
+@pytest.mark.exactness
+@pytest.mark.parametrize("mode", [dict(num_beams=3), dict(do_sample=True)])
+def test_packed_output_dict_equals_the_separate_paths(mode):
+    """Scores and sequence scores come back as the separate path's (generate sees the same rows);
+    sampling with output_scores too, which the paired path leaves to the separate one."""
+    model, inputs = setup("llama")
+    options = dict(num_return_sequences=2, return_dict_in_generate=True, output_scores=True, **mode, **NEW)
+    ref = separate(model, inputs, 0.5, 0.9, **options)
+    torch.manual_seed(0)
+    out = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **options)
+    assert torch.equal(out.sequences, ref.sequences)
+    if "num_beams" in mode:
+        torch.testing.assert_close(out.sequences_scores, ref.sequences_scores)
+    assert len(out.scores) == len(ref.scores)
+    for got, expected in zip(out.scores, ref.scores):
+        torch.testing.assert_close(got, expected)
