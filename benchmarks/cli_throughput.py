@@ -84,8 +84,8 @@ def _generate_args(args, inp: Path, out: Path, plain: bool, packed: bool = False
     argv += [f"--{key}={getattr(args, key)}" for key in ("device", "dtype") if getattr(args, key)]
     if plain:
         return argv + ["--alpha", "0", "--p", "1"]
-    return (argv + ([] if args.cli_defaults else ["--alpha", str(args.alpha), "--p", str(args.p)])
-            + (["--packed"] if packed else []))
+    path = (["--packed", "on" if packed else "off"] if args.also_packed else [])
+    return argv + ([] if args.cli_defaults else ["--alpha", str(args.alpha), "--p", str(args.p)]) + path
 
 
 def end_to_end(args, inp: Path, work: Path) -> dict:
@@ -341,7 +341,8 @@ def main(argv=None):
     parser.add_argument("--cli-defaults", action="store_true",
                         help="the PMI-Decode run takes the command's own defaults instead of --alpha and --p")
     parser.add_argument("--also-packed", action="store_true",
-                        help="end_to_end: also time the PMI run with --packed, interleaved with the others")
+                        help="end_to_end: time the PMI run with --packed off (pmi) and with --packed on "
+                             "(pmi_packed), interleaved with plain decoding")
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--dialogues", type=int, default=8, help="size of the timed random sample")
     parser.add_argument("--num-beams", type=int, default=4)

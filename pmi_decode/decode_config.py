@@ -201,6 +201,12 @@ def _check_chat_template(name, value) -> None:
                          f"got {value!r}")
 
 
+def _check_packed(name, value) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"{name} must be true, false or None (auto: on a CPU, where the model can take it), "
+                         f"got {value!r}")
+
+
 # ---------------------------------------------------------------------------- settings writers
 def _as(convert) -> Callable:
     """Always written, converted (``None`` stays ``None``)."""
@@ -228,6 +234,12 @@ def _prefer_finished_setting(value, config):
 def _line_break_setting(value, config):
     # written only when not off, so files decoded before the option existed still resume
     return OMIT if value is False else ("auto" if value is None else True)
+
+
+def _packed_setting(value, config):
+    # only "on" is written: auto and off decode the same tokens (as a change of device does, which is not
+    # written either), and files decoded before the option existed still resume
+    return True if value is True else OMIT
 
 
 def _format_setting(value, config):
@@ -378,11 +390,13 @@ class DecodeConfig:
         False, help_rank=160, setting=_prefer_finished_setting,
         help="beam search: return the best of the final beams that ended with the end token rather than a "
         "better-scored one that --max-new-tokens cut; the best beam when none ended (default: {default})")
-    packed: bool = option(
-        False, help_rank=190, setting=_when_on(),
-        help="decoder-only models: both halves of each dialogue in one row of the batch, so the document-free "
-        "half holds its own length in the KV cache, not the document's (same tokens; less memory on long "
-        "documents; refused, with the reason, where the model cannot take it) (default: {default})")
+    packed: bool | None = option(
+        False, parse={"auto": None, "on": True, "off": False}, check=_check_packed, cli_default=None,
+        help_rank=190, setting=_packed_setting,
+        help="both halves of each dialogue in one row of the batch (decoder-only models), so the document-free "
+        "half holds its own length in the KV cache, not the document's: the same tokens, less memory, faster "
+        "on a CPU (on a GPU beam search at 32+ rows is slower). auto: on a CPU, where the model can take it; "
+        "on: refused, with the reason, where the model cannot (default {default})")
     #: the prompt layout (a :class:`~pmi_decode.inputs.DialogueFormat`; ``None``: the default one)
     format: object = option(None, code_only=True, setting=_format_setting)
 

@@ -459,20 +459,32 @@ def test_quiet_prints_nothing_but_errors(tmp_path, llama_dir, capfd):
 
 
 @pytest.mark.parametrize("mode", [["--num-beams", "3"], ["--num-beams", "1", "--do-sample", "--seed", "3"]])
-def test_packed_gives_the_default_paths_responses(tmp_path, llama_dir, mode):
-    """--packed (both halves in one row) with the CLI's guards and defaults: the same records."""
+def test_packed_gives_the_paired_paths_responses(tmp_path, llama_dir, mode):
+    """--packed on / off / auto (both halves in one row, or a stacked batch) with the command's
+    guards and defaults: the same records; only an explicit "on" is written to the settings."""
     inp = _write_input(tmp_path / "in.jsonl", _records(4))
     outs = []
-    for extra in ([], ["--packed"]):
+    for extra in (["--packed", "off"], ["--packed", "on"], []):
         out = str(tmp_path / f"out{len(outs)}.jsonl")
         assert _gen(llama_dir, inp, out, "--batch-size", "2", *mode, *extra) == 0
         outs.append(_read(out))
     assert [r["pmi_response"] for r in outs[0]] == [r["pmi_response"] for r in outs[1]]
-    assert outs[1][0]["settings"]["packed"] is True and "packed" not in outs[0][0]["settings"]
+    assert [r["pmi_response"] for r in outs[0]] == [r["pmi_response"] for r in outs[2]]
+    assert outs[1][0]["settings"]["packed"] is True
+    assert "packed" not in outs[0][0]["settings"] and "packed" not in outs[2][0]["settings"]
+
+
+def test_packed_auto_is_on_where_the_model_can_take_it_on_a_cpu(tmp_path, llama_dir):
+    from pmi_decode.batch.decode import _packed_for
+
+    llama, _ = load_model_and_tokenizer(llama_dir)
+    bart, _ = load_model_and_tokenizer(_save(tmp_path, "bart"))
+    assert _packed_for(llama, None) is True and _packed_for(llama, False) is False
+    assert _packed_for(bart, None) is False  # encoder-decoder: the paired path
 
 
 def test_packed_on_a_model_that_cannot_take_it_is_a_clear_error(tmp_path, capsys):
     folder = _save(tmp_path, "bart")
     inp = _write_input(tmp_path / "in.jsonl", _records(1))
-    assert _gen(folder, inp, str(tmp_path / "out.jsonl"), "--packed") != 0
+    assert _gen(folder, inp, str(tmp_path / "out.jsonl"), "--packed", "on") != 0
     assert "the packed path cannot be used here: an encoder-decoder model" in capsys.readouterr().err

@@ -333,6 +333,18 @@ def _batch_seed(seed: int, ids: Sequence) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "little")
 
 
+def _packed_for(model, packed: bool | None) -> bool:
+    """``packed`` resolved: ``None`` (auto) takes the packed path on a CPU where the model can take
+    it (there it is the faster path, benchmarks/results/cpu_speed/packed/); on an accelerator the
+    paired path is still the faster in beam search (benchmarks/results/gpu/)."""
+    if packed is not None:
+        return bool(packed)
+    from ..model_calls import model_device
+    from ..packed import packed_path_blocker
+
+    return model_device(model).type == "cpu" and packed_path_blocker(model) is None
+
+
 def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False, conditional_end=False,
                    plausibility=0.0, pmi_cap=math.inf, packed=False):
     try:
@@ -341,10 +353,11 @@ def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False,
         pmi_generate = None
     if pmi_generate is not None:
         out = pmi_generate(model, inputs, alpha=alpha, p=p, normalize=normalize, conditional_end=conditional_end,
-                           plausibility=plausibility, pmi_cap=pmi_cap, packed=packed, **generate_kwargs)
+                           plausibility=plausibility, pmi_cap=pmi_cap, packed=_packed_for(model, packed),
+                           **generate_kwargs)
         return out.sequences if hasattr(out, "sequences") else out
     if packed:
-        raise ValueError("packed needs pmi_generate (pmi_decode.generation)")
+        raise ValueError("packed=True needs pmi_generate (pmi_decode.generation)")
     processor = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"], normalize=normalize,
                           conditional_end=conditional_end, plausibility=plausibility, pmi_cap=pmi_cap)
     kwargs = dict(generate_kwargs)
