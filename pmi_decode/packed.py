@@ -94,17 +94,22 @@ def grouped_query_step(original):
     return attention
 
 
-@contextlib.contextmanager
-def _grouped_query_attention(model):
-    """``sdpa`` is :func:`grouped_query_step` for the duration (a local override in transformers'
-    attention registry, removed afterwards). It changes no result, only how the cache is read,
-    so another model using ``sdpa`` meanwhile is unaffected but for float rounding."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
+def _shares_key_value_heads(model) -> bool:
+    """Whether the model's query heads share key/value heads (grouped-query attention)."""
     config = model.config.get_text_config(decoder=True)
     heads = getattr(config, "num_attention_heads", None)
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    if not heads or kv_heads >= heads or "sdpa" not in ALL_ATTENTION_FUNCTIONS:
+    return bool(heads) and kv_heads < heads
+
+
+@contextlib.contextmanager
+def _grouped_query_attention(enabled: bool):
+    """With ``enabled``, ``sdpa`` is :func:`grouped_query_step` for the duration (a local override
+    in transformers' attention registry, removed afterwards). It changes no result, only how the
+    cache is read, so another model using ``sdpa`` meanwhile is unaffected but for float rounding."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if not enabled or "sdpa" not in ALL_ATTENTION_FUNCTIONS:
         yield
         return
     local = ALL_ATTENTION_FUNCTIONS._local_mapping
@@ -133,11 +138,13 @@ class PackedRows:
         self.uncond_ids, self.uncond_mask = ids, mask
         self.expand = int(expand)
         self.cache_keyword = cache_keyword(model)
+        self.grouped = _shares_key_value_heads(model)  # read once: the step's attention depends on it
         self.checks = StepChecks()
         self._original = None
         self._through = 0  # > 0 while a forward of ours runs the original forward
         self.fed = 0  # columns of generate's sequences that the cache holds
         self.allowed: torch.Tensor | None = None  # [rows, half, cache position]: what each half may see
+        self._own: torch.Tensor | None = None  # the two columns a step adds to it: each half sees its own token
         self.next_uncond: torch.Tensor | None = None  # each row's next document-free position
         self.next_cond: torch.Tensor | None = None  # used when generate passes no position ids
         self.uncond_logits: torch.Tensor | None = None
@@ -227,13 +234,14 @@ class PackedRows:
         rows = ids.shape[0]
         given = kwargs.get("position_ids")
         cond_pos = given[:, -1] if torch.is_tensor(given) else self.next_cond
-        own = torch.eye(2, dtype=torch.bool, device=ids.device).expand(rows, 2, 2)
-        self.allowed = torch.cat([self.allowed, own], dim=-1)
+        if self._own is None or self._own.shape[0] != rows:
+            self._own = torch.eye(2, dtype=torch.bool, device=ids.device).expand(rows, 2, 2)
+        self.allowed = torch.cat([self.allowed, self._own], dim=-1)
         step = dict(kwargs)
         step.pop("logits_to_keep", None)
         step.update(input_ids=ids.repeat(1, 2), position_ids=torch.stack([cond_pos, self.next_uncond], dim=1),
                     attention_mask=self.allowed[:, None], use_cache=True)
-        with _grouped_query_attention(self.model):
+        with _grouped_query_attention(self.grouped):
             out = self._original(**step)
         self.next_uncond = self.next_uncond + 1
         self.next_cond = self.next_cond + 1

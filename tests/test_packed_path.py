@@ -121,19 +121,25 @@ def test_the_document_free_half_holds_its_own_length():
     assert out.get("past_key_values") is None and out.get("cache") is None
 
 
-def test_sequences_not_of_the_packed_step_are_refused():
+def test_user_processors_run_on_the_packed_path():
     model, inputs = setup("gpt2")
     proc_calls = []
 
-    class Meddler:
-        """A user processor that hands PMIDecode other sequences than the step's."""
+    class Counting:
+        """A user processor that records each step it sees."""
         def __call__(self, input_ids, scores):
             proc_calls.append(1)
             return scores
 
-    out = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, logits_processor=[Meddler()], **NEW)
+    out = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, logits_processor=[Counting()], **NEW)
     assert proc_calls and out.shape[0] == inputs["conditional"]["input_ids"].shape[0]
+
+
+def test_sequences_not_of_the_packed_step_are_refused():
+    """PMIDecode asks for the document-free logits of sequences no packed step ran: refused."""
     from pmi_decode.packed import PackedRows
+
+    model, inputs = setup("gpt2")
     rows = PackedRows(model, inputs["conditional"], inputs["unconditional"], 1)
     with pytest.raises(ValueError, match="not those of the step the model just ran"):
         rows.unconditional_logits(inputs["conditional"]["input_ids"])
