@@ -77,6 +77,19 @@ def main(argv=None):
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rows", type=int, default=25, help="rows of each profiler table")
     parser.add_argument("--sync-debug", action="store_true", help="count host waits per path first (CUDA)")
+    parser.add_argument("--paths", nargs="+", default=["plain", "default", "packed"],
+                        choices=["plain", "default", "packed", "packed-short"],
+                        help="which paths to time and profile; packed-short: the packed path with each document-free "
+                             "prompt cut to its last --short-tokens tokens (does the extra time grow with that half?)")
+    parser.add_argument("--short-tokens", type=int, default=8)
+    parser.add_argument("--host-side", action=argparse.BooleanOptionalAction, default=True,
+                        help="profile the host's side too (slow to tabulate on long runs)")
+    parser.add_argument("--profile", nargs="*", default=None,
+                        help="the paths to profile (default: all timed ones)")
+    parser.add_argument("--backends", action="store_true",
+                        help="also time the packed path under each forced attention kernel")
+    parser.add_argument("--by-shape", action="store_true",
+                        help="also print each path's table grouped by input shapes (which tensors the copies move)")
     parser.add_argument("--output-dir", required=True)
     args = parser.parse_args(argv)
     out = Path(args.output_dir)
@@ -88,7 +101,12 @@ def main(argv=None):
         "plain": lambda: model.generate(**inputs["conditional"], **kwargs),
         "default": lambda: pmi_generate(model, inputs, alpha=0.5, p=0.9, **kwargs),
         "packed": lambda: pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **kwargs),
+        "packed-short": lambda: pmi_generate(model, short, alpha=0.5, p=0.9, packed=True, **kwargs),
     }
+    uncond = inputs["unconditional"]
+    short = {"conditional": inputs["conditional"],
+             "unconditional": {key: value[:, -args.short_tokens:] for key, value in uncond.items()}}
+    runs = {name: fn for name, fn in runs.items() if name in args.paths}
     walls, waits = {}, {}
     with torch.no_grad():
         if args.sync_debug and args.device.startswith("cuda"):
@@ -99,23 +117,37 @@ def main(argv=None):
             (out / "host_waits.json").write_text(json.dumps(waits, indent=1))
         for name, fn in runs.items():
             walls[name] = timed(fn, args.device)
-        for backend in ("EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION"):
+        for backend in ("EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION") if args.backends else ():
             try:
                 with sdpa_kernel([getattr(SDPBackend, backend)]):
-                    walls[f"packed-{backend.lower()}"] = timed(runs["packed"], args.device, repeats=1)
-                    walls[f"plain-{backend.lower()}"] = timed(runs["plain"], args.device, repeats=1)
+                    for name, fn in runs.items():
+                        walls[f"{name}-{backend.lower()}"] = timed(fn, args.device, repeats=1)
             except Exception as err:  # a backend this case cannot use
-                walls[f"packed-{backend.lower()}"] = f"{type(err).__name__}: {str(err)[:200]}"
+                walls[backend.lower()] = f"{type(err).__name__}: {str(err)[:200]}"
         print(json.dumps(walls, indent=1), flush=True)
         tables = {}
+        sort_by = "cuda_time_total" if args.device.startswith("cuda") else "cpu_time_total"
+        activities = [torch.profiler.ProfilerActivity.CUDA] if args.device.startswith("cuda") else []
+        if args.host_side or not activities:
+            activities.append(torch.profiler.ProfilerActivity.CPU)
         for name, fn in runs.items():
-            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                    torch.profiler.ProfilerActivity.CUDA]) as prof:
+            if args.profile is not None and name not in args.profile:
+                continue
+            with torch.profiler.profile(activities=activities,
+                                        record_shapes=args.by_shape) as prof:
                 fn()
                 if args.device.startswith("cuda"):
                     torch.cuda.synchronize(args.device)
-            tables[name] = prof.key_averages().table(sort_by="cuda_time_total" if args.device.startswith("cuda") else "cpu_time_total", row_limit=args.rows)
-            print(f"== {name}\n{tables[name]}", flush=True)
+            tables[name] = prof.key_averages().table(sort_by=sort_by, row_limit=args.rows)
+            if args.device.startswith("cuda") and args.host_side:  # the host's side: what each path asks of the CPU per step
+                tables[f"{name} by host time"] = prof.key_averages().table(sort_by="self_cpu_time_total",
+                                                                           row_limit=args.rows)
+            if args.by_shape:
+                tables[f"{name} by shape"] = prof.key_averages(group_by_input_shape=True).table(
+                    sort_by=sort_by, row_limit=args.rows, max_name_column_width=40, max_shapes_column_width=90)
+            for key in (name, f"{name} by host time", f"{name} by shape"):
+                if key in tables:
+                    print(f"== {key}\n{tables[key]}", flush=True)
     stem = f"profile_{args.model}_{args.mode}_b{args.batch}"
     (out / f"{stem}.json").write_text(json.dumps({"args": vars(args), "walls_s": walls, "host_waits": waits}, indent=1))
     (out / f"{stem}.txt").write_text("\n".join(f"== {name}\n{table}" for name, table in tables.items()))
