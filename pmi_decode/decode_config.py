@@ -395,7 +395,7 @@ class DecodeConfig:
         help_rank=190, setting=_packed_setting,
         help="both halves of each dialogue in one row of the batch (decoder-only models), so the document-free "
         "half holds its own length in the KV cache, not the document's: the same tokens, less memory, faster "
-        "on a CPU (on a GPU beam search at 32+ rows is slower). auto: on a CPU, where the model can take it; "
+        "on a CPU (on a GPU not yet timed across batch sizes since its beam-search fix). auto: on a CPU, where the model can take it; "
         "on: refused, with the reason, where the model cannot (default {default})")
     #: the prompt layout (a :class:`~pmi_decode.inputs.DialogueFormat`; ``None``: the default one)
     format: object = option(None, code_only=True, setting=_format_setting)

@@ -35,7 +35,8 @@ from .model_calls import (accepts_keyword, cache_keyword, config_has_plain_layer
                           plain_cache, prefill, returned_cache)
 from .paired import StepChecks
 
-__all__ = ["PackedRows", "packed_path_blocker", "ATTENTION_WITH_CUSTOM_MASKS", "grouped_query_step"]
+__all__ = ["PackedRows", "packed_path_blocker", "ATTENTION_WITH_CUSTOM_MASKS", "grouped_query_step",
+           "contiguous_update"]
 
 #: Attention implementations the packed path runs on: ``sdpa`` reads a custom 4-D boolean mask as
 #: given (True = attend). Flash attention takes no 4-D mask, flex attention wants a block mask, and
@@ -122,6 +123,23 @@ def _grouped_query_attention(enabled: bool):
             local["sdpa"] = before
         else:
             del ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+
+def contiguous_update(update):
+    """A cache's ``update`` that hands the cache contiguous new keys and values.
+
+    A step's keys and values are a transposed view (``[rows, positions, heads, dim]`` read as
+    ``[rows, heads, positions, dim]``); with one position that view is contiguous, with the packed
+    step's two it is not, and ``torch.cat`` then copies the whole cache with its slow strided
+    kernel: 685 against 119 microseconds per layer at 64 rows on an H200, half of the packed beam
+    search's time (``benchmarks/results/gpu/pass4/``). Copying the two new positions first costs
+    next to nothing."""
+
+    @functools.wraps(update)
+    def contiguous(key_states, value_states, *args, **kwargs):
+        return update(key_states.contiguous(), value_states.contiguous(), *args, **kwargs)
+
+    return contiguous
 
 
 class PackedRows:
@@ -213,6 +231,7 @@ class PackedRows:
         for layer, other in zip(cache.layers, u_cache.layers):
             layer.keys = torch.cat([layer.keys, other.keys], dim=-2)
             layer.values = torch.cat([layer.values, other.values], dim=-2)
+        cache.update = contiguous_update(cache.update)  # this call's cache only (an instance attribute)
         u_mask = self.uncond_mask.repeat_interleave(k, dim=0).bool()
         c_mask = mask.bool()
         self.allowed = torch.stack([

@@ -213,3 +213,28 @@ def test_packed_output_dict_equals_the_separate_paths(mode):
     assert len(out.scores) == len(ref.scores)
     for got, expected in zip(out.scores, ref.scores):
         torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_the_packed_step_appends_contiguous_keys_and_values(kind):
+    """The two-position step's keys and values reach the cache contiguous (torch.cat over a
+    transposed view copies the whole cache with a slow kernel on a GPU), and the tokens stay the
+    separate path's."""
+    from transformers.cache_utils import DynamicLayer
+
+    model, inputs = setup(kind)
+    seen = []
+    original = DynamicLayer.update
+
+    def spy(self, key_states, value_states, *args, **kwargs):
+        if key_states.shape[-2] == 2:  # the packed step's two positions
+            seen.append(key_states.is_contiguous() and value_states.is_contiguous())
+        return original(self, key_states, value_states, *args, **kwargs)
+
+    DynamicLayer.update = spy
+    try:
+        got = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, num_beams=2, **NEW)
+    finally:
+        DynamicLayer.update = original
+    assert seen and all(seen)
+    assert torch.equal(got, separate(model, inputs, 0.5, 0.9, num_beams=2, **NEW))

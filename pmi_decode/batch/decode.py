@@ -335,8 +335,9 @@ def _batch_seed(seed: int, ids: Sequence) -> int:
 
 def _packed_for(model, packed: bool | None) -> bool:
     """``packed`` resolved: ``None`` (auto) takes the packed path on a CPU where the model can take
-    it (there it is the faster path, benchmarks/results/cpu_speed/packed/); on an accelerator the
-    paired path is still the faster in beam search (benchmarks/results/gpu/)."""
+    it (there it is the faster path, benchmarks/results/cpu_speed/packed/); on an accelerator it
+    stays on the paired path until the packed path, since its cache-append fix, is timed across the
+    GPU grid (benchmarks/results/gpu/next_run.sh)."""
     if packed is not None:
         return bool(packed)
     from ..model_calls import model_device
