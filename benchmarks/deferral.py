@@ -68,9 +68,11 @@ def count_case(model, tokenizer, records, args, p: float, mode: str, batch_size:
     inputs = _batch_inputs(model, tokenizer, records, batch_size)
     record: list = []
     with torch.no_grad():
-        for x in inputs:
+        for i, x in enumerate(inputs, 1):
             torch.manual_seed(args.seed)
             methods(model, x, args, p, mode, record)["separate-defer"]()
+            print(f"  p {p} {mode} batch {batch_size}: {i}/{len(inputs)} batches, "
+                  f"{sum(len(f) for f in record)} branch forwards so far", flush=True)
     return {"p": p, "mode": mode, "batch_size": batch_size, "dialogues": len(records),
             "branch_steps": args.new_tokens * len(inputs) - len(inputs),
             "branch_forwards_with_deferral": sum(len(f) for f in record),
