@@ -96,10 +96,10 @@ def _unconditional(unconditional_inputs, negative_prompt_ids, negative_prompt_at
 #: PMI-Decode's own keywords of :func:`generate` (the rest of its signature is ``generate``'s), with
 #: their defaults; ``None`` reads :mod:`pmi_decode.defaults` at call time.
 GENERATE_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, paired=None, packed=False, share_prompt=True,
-                        normalize=False, conditional_end=False, plausibility=None, pmi_cap=None, pmi_rerank=None)
+                        normalize=False, conditional_end=False, plausibility=None, pmi_cap=None)
 #: PMI-Decode's own keywords of :func:`pmi_decoding_loop`.
 LOOP_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, normalize=False, conditional_end=False,
-                    plausibility=None, pmi_cap=None, pmi_rerank=None)
+                    plausibility=None, pmi_cap=None)
 
 
 def _declare_options(function, declared: dict):
@@ -153,8 +153,7 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
     return pmi_generate(model, {"conditional": cond, "unconditional": uncond}, alpha=alpha, p=p,
                         paired=options["paired"], packed=options["packed"], share_prompt=options["share_prompt"],
                         normalize=options["normalize"], conditional_end=options["conditional_end"],
-                        plausibility=options["plausibility"], pmi_cap=options["pmi_cap"],
-                        pmi_rerank=options["pmi_rerank"], **kwargs)
+                        plausibility=options["plausibility"], pmi_cap=options["pmi_cap"], **kwargs)
 
 
 _declare_options(generate, GENERATE_OPTIONS)
@@ -218,7 +217,6 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
     p = defaults.P if options["p"] is None else options["p"]
     plausibility = defaults.PLAUSIBILITY if options["plausibility"] is None else options["plausibility"]
     pmi_cap = validate_pmi_cap(defaults.PMI_CAP if options["pmi_cap"] is None else options["pmi_cap"])
-    pmi_rerank = defaults.PMI_RERANK if options["pmi_rerank"] is None else options["pmi_rerank"]
     normalize, conditional_end = options["normalize"], options["conditional_end"]
     mode = generation_config.get_generation_mode()
     if mode not in LOOP_MODES:
@@ -244,7 +242,7 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
     pmi = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
                     conditional_end=conditional_end, eos_token_id=ends,
                     nucleus_projection=(one_row_each and pmi_cap is None) or None,
-                    plausibility=plausibility, pmi_cap=pmi_cap, pmi_rerank=pmi_rerank)
+                    plausibility=plausibility, pmi_cap=pmi_cap)
     if model.config.is_encoder_decoder:
         # generate ran the encoder before this loop (and so before the processor watched it); the
         # rows were checked above, so hand it a run of that many prompts

@@ -363,13 +363,6 @@ class DecodeConfig:
         help="the most the PMI term may count, in nats: every token the document makes at least e^CAP times "
         "likelier gains the same, and the model reading the document ranks them, so a number or name from "
         "another sentence of the document cannot outbid the answer; 'none' is the paper's score (default {default})")
-    pmi_rerank: bool = option(
-        False, cli_default=lambda: _defaults.PMI_RERANK, help_rank=37, setting=_when_on(),
-        help="PMI re-ranks the words within a response and does not choose between responses: each step's PMI "
-        "term is measured against its expected value over the step's candidates (no step's ranking changes, but "
-        "in beam search a response does not outscore another, such as an abstention, merely because it uses "
-        "more of the document), and the response's first token is left to the model reading the document "
-        "(default: {default})")
     block_immediate_repeats: bool = option(
         False, cli_default=True, help_rank=130, setting=_when_on(),
         help='never repeat a word (or a span of up to 4 tokens starting a word) right away, as in "Blue Blue" '
@@ -529,8 +522,7 @@ class DecodeConfig:
         alpha, p = resolve_alpha(self.alpha, self.p)
         return dict(alpha=alpha, p=p, normalize=self.normalize_scores, conditional_end=self.conditional_end,
                     plausibility=float(self.plausibility),
-                    pmi_cap=math.inf if self.pmi_cap is None else float(self.pmi_cap), packed=self.packed,
-                    pmi_rerank=bool(self.pmi_rerank))
+                    pmi_cap=math.inf if self.pmi_cap is None else float(self.pmi_cap), packed=self.packed)
 
     @property
     def hypotheses_per_dialogue(self) -> int:

@@ -16,10 +16,3 @@ PLAUSIBILITY = 0.1
 #: supports gain alike and the model reading the document ranks them (``None``: no cap).
 #: Chosen on our factual dialogues among 1 and 2 (and 2 at alpha 0.5): docs/decoding.md, "The PMI cap".
 PMI_CAP = 2.0
-#: PMI re-ranks only: each step's PMI term is measured against its expected value over the
-#: candidates (a constant per row: it changes which beams win, never a step's ranking), so a response
-#: that uses the document does not outscore an abstention by the document's share alone; and the
-#: response's first token is scored without it. Off: on the subsets decoded so far it brought back
-#: some of Gemma's abstentions but gave up part of SmolLM2's correctness gain
-#: (docs/results/correctness/README.md, "PMI re-ranks only"). docs/decoding.md, "PMI re-ranks only".
-PMI_RERANK = False

@@ -442,7 +442,7 @@ def paired_path_blocker(model, inputs, **generate_kwargs) -> str | None:
 def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, paired: bool | None = None,
                  share_prompt: bool = True, normalize: bool = False, conditional_end: bool = False,
                  plausibility: float | None = None, pmi_cap: float | None = None, packed: bool = False,
-                 pmi_rerank: bool | None = None, **generate_kwargs):
+                 **generate_kwargs):
     """Generate with PMI-Decode; returns what ``generate`` returns for the conditional rows.
 
     Args:
@@ -474,8 +474,6 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             :class:`~pmi_decode.PMIDecode`).
         conditional_end: the conditional model alone decides when the response ends (see
             :class:`~pmi_decode.PMIDecode`); the end tokens are generate's ``eos_token_id``.
-        pmi_rerank: measure each step's PMI term against its expected value over the candidates
-            (see :class:`~pmi_decode.PMIDecode`); ``None``: :data:`pmi_decode.defaults.PMI_RERANK`.
         packed: decoder-only models: both halves of a dialogue in one row of generate's batch
             (:mod:`pmi_decode.packed`): the document-free half holds its own length in the KV
             cache, not the document's, and generate samples once per row, so sampling and beam
@@ -491,9 +489,6 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     alpha, p = resolve_alpha(alpha, p)
     plausibility = defaults.PLAUSIBILITY if plausibility is None else plausibility
     pmi_cap = validate_pmi_cap(defaults.PMI_CAP if pmi_cap is None else pmi_cap)
-    pmi_rerank = defaults.PMI_RERANK if pmi_rerank is None else pmi_rerank
-    if not isinstance(pmi_rerank, bool):
-        raise ValueError(f"pmi_rerank must be True or False, got {pmi_rerank!r}")
     if not isinstance(packed, bool):
         raise ValueError(f"packed must be True or False, got {packed!r}")
     if packed and paired is not None:
@@ -515,7 +510,7 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
         kwargs.pop("logits_processor", None)
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
                          conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=False,
-                         plausibility=plausibility, pmi_cap=pmi_cap, pmi_rerank=pmi_rerank)
+                         plausibility=plausibility, pmi_cap=pmi_cap)
         rows = PackedRows(model, cond, proc.unconditional_inputs, _expansion(config))
         proc._packed = rows
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
@@ -541,8 +536,7 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
                          conditional_end=conditional_end, eos_token_id=ends,
                          nucleus_projection=(one_row_each and pmi_cap is None) or None,
-                         plausibility=plausibility, defer_single_token=one_row_each, pmi_cap=pmi_cap,
-                         pmi_rerank=pmi_rerank)
+                         plausibility=plausibility, defer_single_token=one_row_each, pmi_cap=pmi_cap)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
         if (share_prompt and "past_key_values" not in kwargs and "cache" not in kwargs
                 and config.cache_implementation is None):
@@ -556,7 +550,7 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     if isinstance(pad_id, (list, tuple)):
         pad_id = pad_id[0]
     proc = PMIDecode(alpha, p, normalize=normalize, conditional_end=conditional_end, eos_token_id=ends,
-                     plausibility=plausibility, pmi_cap=pmi_cap, pmi_rerank=pmi_rerank)
+                     plausibility=plausibility, pmi_cap=pmi_cap)
     joint = proc.stack({"conditional": cond, "unconditional": uncond}, model, pad_token_id=pad_id)
     decoder_length = 1 if enc_dec else joint["input_ids"].shape[1]
     proc.conditional_processors = plan.conditional_processors(model, cond, decoder_length, user_processors)

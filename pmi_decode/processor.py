@@ -149,15 +149,6 @@ class PMIDecode(LogitsProcessor):
             Never in beam search or beam sampling, which compare those scores across rows
             (``pmi_generate`` turns it on where neither applies). Refused in paired mode and with
             an adaptive alpha.
-        pmi_rerank: PMI re-ranks the words within a response and does not choose between
-            responses. Two consequences: each row's step scores lose alpha times the expected PMI
-            of its candidates (see ``center`` in :func:`~pmi_decode.scores.pmi_scores`: a constant
-            per row, so a step's ranking is unchanged, but in beam search a hypothesis no longer
-            outscores another merely because it uses more of the document; an abstention has PMI
-            about 0); and the response's first token, where every candidate opens a response of
-            its own, is scored without the PMI term (conditional log-probs in the nucleus).
-            ``pmi_generate`` and ``pmi-decode generate`` default to
-            :data:`pmi_decode.defaults.PMI_RERANK`.
 
     Two ways to use it:
 
@@ -212,12 +203,8 @@ class PMIDecode(LogitsProcessor):
         plausibility: float = 0.0,
         defer_single_token: bool = False,
         pmi_cap: float | None = None,
-        pmi_rerank: bool = False,
     ):
         self.alpha, self.p = resolve_alpha(alpha, p)
-        if not isinstance(pmi_rerank, bool):
-            raise ValueError(f"pmi_rerank must be True or False, got {pmi_rerank!r}")
-        self.pmi_rerank = pmi_rerank
         self.plausibility = _validate_plausibility(plausibility)
         self.pmi_cap = _validate_pmi_cap(pmi_cap)
         if nucleus_projection is not None and not isinstance(nucleus_projection, bool):
@@ -253,7 +240,6 @@ class PMIDecode(LogitsProcessor):
         self._branch: DocumentFreeBranch | None = None  # separate mode: the branch of the current generation
         self._forward_log = ForwardLog()  # what the model's forwards showed since the last step
         self._stacked: _StackedBatch | None = None  # paired mode: the batch stack() built
-        self._branch_opened = False  # separate mode: this step created the document-free branch
         self._packed = None  # pmi_generate's packed path: the forward that ran both halves (pmi_decode.packed)
         if not self.paired:
             if getattr(model, "training", False):
@@ -272,7 +258,7 @@ class PMIDecode(LogitsProcessor):
             conditional_end=self.conditional_end,
             eos_token_id=None if self._end_ids is None else self._end_ids.tolist(),
             nucleus_projection=self._requested_projection, plausibility=self.plausibility,
-            defer_single_token=self.defer_single_token, pmi_cap=self.pmi_cap, pmi_rerank=self.pmi_rerank,
+            defer_single_token=self.defer_single_token, pmi_cap=self.pmi_cap,
         )
         return _rebuild, (arguments,)
 
@@ -398,7 +384,6 @@ class PMIDecode(LogitsProcessor):
             prompts = None if batch in runs else runs[-1] if runs else None
             self._branch = DocumentFreeBranch(self.model, self.unconditional_inputs, input_ids, prompts,
                                               project_columns=self.nucleus_projection)
-            self._branch_opened = True
             logits = self._branch.first_logits
         else:
             parents = self._branch.parents(input_ids)
@@ -409,7 +394,6 @@ class PMIDecode(LogitsProcessor):
                     "and sequences edited between steps are not supported; call pmi.reset() before reusing the "
                     "processor on unrelated sequences"
                 )
-            self._branch_opened = False
             if may_defer:
                 self._branch.defer(input_ids, parents)
                 self._forward_log.encoder_runs = []
@@ -486,10 +470,9 @@ class PMIDecode(LogitsProcessor):
         and no normalisation, ``scores`` pass through untouched."""
         if self.alpha == 0.0 and self.p >= 1.0 and not self.normalize:
             return scores
-        opening = self._steps_done() == 0 if self.pmi_rerank else False
         lp_u = unconditional_log_probs() if self.alpha != 0.0 else None
-        return _pmi_scores(scores, lp_u, self._step_alpha(opening), self.p, self.normalize, self._ends(),
-                           self.plausibility, pmi_cap=self.pmi_cap, center=self.pmi_rerank)
+        return _pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends(), self.plausibility,
+                           pmi_cap=self.pmi_cap)
 
     def _deferring_score(self, scores: torch.Tensor, unconditional_log_probs) -> torch.Tensor:
         """:meth:`_score` with ``defer_single_token``: the candidates first; where every row has a
@@ -497,34 +480,11 @@ class PMIDecode(LogitsProcessor):
         still runs it when the step opens a generation and returns its distribution then)."""
         candidates = _pmi_candidates(scores, self.p, self.plausibility)
         single = bool((candidates[1].sum(dim=-1) == 1).all())
-        opening = self._steps_done() == 0 if self.pmi_rerank else False
         lp_u = unconditional_log_probs(single)
         if lp_u is None:
             return _single_candidate_scores(*candidates, self.normalize, self._ends())
-        if self._step_alpha(opening) == 0.0:  # the response's first token: the candidates without the head
-            return _pmi_scores(scores, lp_u, 0.0, self.p, self.normalize, self._ends(), self.plausibility)
         return _pmi_scores(scores, lp_u, self.alpha, self.p, self.normalize, self._ends(), self.plausibility,
-                           candidates, pmi_cap=self.pmi_cap, center=self.pmi_rerank)
-
-    def _steps_done(self) -> int | None:
-        """How many steps of the current generation were scored before this one; ``None`` in
-        separate mode before the document-free branch has looked at this step (it learns there
-        whether the step opens a generation: see :meth:`_step_alpha`)."""
-        if self.paired:
-            return self._stacked.checks.steps
-        if self._packed is not None:
-            return self._packed.checks.steps
-        return None
-
-    def _step_alpha(self, opening: bool):
-        """The PMI weight of this step: 0 at a response's first token under ``pmi_rerank`` (there
-        every candidate opens a response of its own: PMI would choose between responses), else alpha.
-        In separate mode the opening is the step at which the document-free branch was created."""
-        if not self.pmi_rerank:
-            return self.alpha
-        if self.paired or self._packed is not None:
-            return 0.0 if opening else self.alpha
-        return 0.0 if self._branch_opened else self.alpha
+                           candidates, pmi_cap=self.pmi_cap)
 
     def _ends(self) -> torch.Tensor | None:
         if not self.conditional_end:

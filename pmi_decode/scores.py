@@ -173,7 +173,7 @@ def single_candidate_scores(lp_c: torch.Tensor, keep: torch.Tensor, normalize: b
 def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float, normalize: bool = False,
                end_ids: torch.Tensor | None = None, plausibility: float = 0.0,
                candidates: tuple[torch.Tensor, torch.Tensor] | None = None,
-               pmi_cap: float | None = None, center: bool = False) -> torch.Tensor:
+               pmi_cap: float | None = None) -> torch.Tensor:
     """The PMI-Decode score from the conditional scores (any logits or log-probs) and the
     unconditional log-probs; -inf outside the nucleus. ``alpha`` is a float or an
     :class:`~pmi_decode.adaptive.AdaptiveAlpha` (one weight per row, from both distributions).
@@ -206,14 +206,6 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
     answers: a number or name from another sentence of the document outbids the answer.
     Tokens the document makes less likely keep their whole (negative) PMI.
 
-    ``center``: subtract from each row's scores alpha times the expected (capped) PMI of its
-    candidates under the conditional distribution renormalised over them. A constant per row, so
-    no step's ranking changes (greedy search and sampling pick the same tokens); in beam search a
-    hypothesis then gains from the PMI term only where it took a token the document supports
-    more than the model reading the document expected, not for every document word it copies:
-    PMI re-ranks each step's candidates, but a response that uses the document does not outscore
-    one that does not (an abstention, whose PMI is about 0) by the document's share alone.
-
     ``candidates``: what :func:`pmi_candidates` returned for these ``scores``, ``p`` and
     ``plausibility``, where the caller already computed it (the PMI term must be on)."""
     pmi_on = lp_u is not None and (torch.is_tensor(alpha) or isinstance(alpha, AdaptiveAlpha) or alpha != 0.0)
@@ -235,12 +227,7 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
         pmi = lp_c - lp_u
         if pmi_cap is not None:
             pmi = pmi.clamp(max=pmi_cap)
-        combined = (1.0 - alpha) * lp_c + alpha * pmi
-        if center:
-            weights = torch.softmax(torch.where(keep, lp_c, torch.full_like(lp_c, -math.inf)), dim=-1)
-            expected = (weights * torch.where(keep, pmi, torch.zeros_like(pmi))).sum(dim=-1, keepdim=True)
-            combined = combined - alpha * expected
-        combined = torch.where(some, combined, lp_c)
+        combined = torch.where(some, (1.0 - alpha) * lp_c + alpha * pmi, lp_c)
     out = torch.where(keep, combined, torch.full_like(combined, -math.inf))
     if end_ids is not None:
         return conditional_end_scores(lp_c, out, end_ids, normalize)

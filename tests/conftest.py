@@ -39,4 +39,3 @@ def _paper_score_defaults(request, monkeypatch):
 
         monkeypatch.setattr(pmi_decode.defaults, "PLAUSIBILITY", 0.0)
         monkeypatch.setattr(pmi_decode.defaults, "PMI_CAP", None)
-        monkeypatch.setattr(pmi_decode.defaults, "PMI_RERANK", False)

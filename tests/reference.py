@@ -15,10 +15,8 @@ from transformers import LogitsProcessor
 
 class ReferencePMIDecode(LogitsProcessor):
     def __init__(self, alpha, p, *, model, unconditional_ids: list[list[int]], conditional_prompt_length: int,
-                 plausibility: float = 0.0, pmi_cap: float | None = None, center: bool = False):
+                 plausibility: float = 0.0, pmi_cap: float | None = None):
         self.alpha, self.p, self.plausibility, self.pmi_cap = alpha, p, plausibility, pmi_cap
-        self.center = center  # subtract alpha x the candidates' expected PMI (weights: P_c renormalised over them)
-        self.plain_opening = False  # the response's first token without the PMI term
         self.model = model
         self.unconditional_ids = unconditional_ids
         self.prompt_length = conditional_prompt_length
@@ -61,25 +59,15 @@ class ReferencePMIDecode(LogitsProcessor):
         for r in range(rows):
             lp_u = self._unconditional_log_probs(input_ids[r], self.unconditional_ids[r // per_prompt], scores.dtype)
             alpha = self._row_alpha(lp_c[r], lp_u)
-            opening = input_ids.shape[1] == (1 if self.enc_dec else self.prompt_length)
-            if self.plain_opening and opening:
-                alpha = 0
             top = max(lp_c[r, v].item() for v in range(lp_c.shape[1]))
-            pmis = {}
             for v in self._nucleus(lp_c[r]):
                 # the plausibility head, where the PMI term is on: at least that share of the top token
-                if self.plausibility and self.alpha != 0 and not (self.plain_opening and opening) and math.exp(lp_c[r, v].item() - top) < self.plausibility:
+                if self.plausibility and self.alpha != 0 and math.exp(lp_c[r, v].item() - top) < self.plausibility:
                     continue
                 pmi = lp_c[r, v] - lp_u[v]
                 if self.pmi_cap is not None:
                     pmi = min(pmi, torch.tensor(self.pmi_cap, dtype=pmi.dtype))  # the document's support, capped
                 out[r, v] = (1 - alpha) * lp_c[r, v] + alpha * pmi
-                pmis[v] = pmi
-            if self.center and pmis and alpha != 0:
-                mass = sum(math.exp(lp_c[r, v].item()) for v in pmis)
-                expected = sum(math.exp(lp_c[r, v].item()) / mass * pmis[v].item() for v in pmis)
-                for v in pmis:
-                    out[r, v] = out[r, v] - alpha * expected
             best = out[r].topk(min(2, out.shape[-1])).values.tolist()
             if len(best) == 2 and math.isfinite(best[1]):
                 self.gaps.append(best[0] - best[1])

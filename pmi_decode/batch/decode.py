@@ -347,7 +347,7 @@ def _packed_for(model, packed: bool | None) -> bool:
 
 
 def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False, conditional_end=False,
-                   plausibility=0.0, pmi_cap=math.inf, packed=False, pmi_rerank=False):
+                   plausibility=0.0, pmi_cap=math.inf, packed=False):
     try:
         from ..generation import pmi_generate
     except ImportError:
@@ -355,14 +355,12 @@ def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False,
     if pmi_generate is not None:
         out = pmi_generate(model, inputs, alpha=alpha, p=p, normalize=normalize, conditional_end=conditional_end,
                            plausibility=plausibility, pmi_cap=pmi_cap, packed=_packed_for(model, packed),
-                           pmi_rerank=pmi_rerank,
                            **generate_kwargs)
         return out.sequences if hasattr(out, "sequences") else out
     if packed:
         raise ValueError("packed=True needs pmi_generate (pmi_decode.generation)")
     processor = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"], normalize=normalize,
-                          conditional_end=conditional_end, plausibility=plausibility, pmi_cap=pmi_cap,
-                          pmi_rerank=pmi_rerank)
+                          conditional_end=conditional_end, plausibility=plausibility, pmi_cap=pmi_cap)
     kwargs = dict(generate_kwargs)
     processors = list(kwargs.pop("logits_processor", None) or []) + [processor]
     return model.generate(**inputs["conditional"], logits_processor=processors, **kwargs)

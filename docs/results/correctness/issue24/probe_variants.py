@@ -1,4 +1,8 @@
-"""Probe variants of the PMI step score on a small file; loads the model once."""
+"""Probe variants of the PMI step score on a small file; loads the model once.
+
+A study script of issue 24 (docs/results/correctness/README.md, "PMI re-ranks only"): it patches
+the processor's score function. Run it from commit 0e5a623 (branch issue24), where ``pmi_scores``
+takes ``center`` (variant ``opencenter2``)."""
 import json, math, sys, time, argparse
 import torch
 import pmi_decode.processor as P
