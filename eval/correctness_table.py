@@ -25,9 +25,11 @@ from pathlib import Path
 MEASURES = (
     ("answer_match", "answer match", None),
     ("answer_recall", "answer recall", None),
+    ("answers_intact", "answers, facts intact", None),
     ("wrong_numbers", "holds a wrong number", lambda v: float(v > 0)),
     ("wrong_names", "holds a wrong name", lambda v: float(v > 0)),
     ("asserts_unanswerable", "asserts an answer (unanswerable)", None),
+    ("abstains_answerable", "abstains (answerable)", None),
     ("recited_share", "recited past the answer", None),
     ("response_words", "words", None),
     ("faith_score", "FaithScore", None),

@@ -71,6 +71,7 @@ def test_abstentions(response):
     "The park doesn't allow dogs.",
     "He did not win the election.",
     "I'm not sure, but I think it opens at 9 am.",
+    "I don't know, but I'm pretty sure it was Bohemond who led them.",
     "It opens at 9 am on weekdays.",
 ])
 def test_answers_are_not_abstentions(response):
@@ -106,6 +107,20 @@ def test_wrong_facts_in_context(response, reason):
 ])
 def test_facts_stated_as_the_document_states_them(response):
     assert wrong_facts(LIBRARY, ["When is it open?"], response) == []
+
+
+def test_a_fact_copied_word_for_word_with_its_context_is_not_wrong():
+    """The clause rules compare key words and misread long copied sentences; a verbatim copy with
+    its context states the facts as the page does. A changed copy is still caught."""
+    page = ("CityCycle, the bike-share scheme in Port Avery, charges $2.50 for a single ride of up to 30 "
+            "minutes. Each extra 15 minutes costs $1. A day pass costs $9 and covers unlimited 45-minute rides.")
+    question = ["How much is a ride?"]
+    assert wrong_facts(page, question, "CityCycle, the bike-share scheme in Port Avery, charges $2.50 for a "
+                                       "single ride of up to 30 minutes. Each extra 15 minutes costs $1.") == []
+    changed = wrong_facts(page, question, "The scheme charges $2.50 for a single ride of up to 15 minutes.")
+    assert "up to 15 minutes" in [u["text"] for u in changed]
+    # the copied context must be the fact's own: "from 9 am to 4 pm" is no copy of a page with 9 am to 8 pm
+    assert wrong_facts(LIBRARY, ["When is it open on weekdays?"], "It is open Monday to Friday from 9 am to 4 pm.")
 
 
 def test_a_fact_the_user_stated_is_not_wrong():
@@ -152,6 +167,24 @@ def test_correctness_measures_and_scoring_registry():
         score_records([dict(records[1], answers=["x"])], ["correctness"])
     rows = correctness_measures([LIBRARY], [["q"]], ["x"], answers=[["8 pm"]])
     assert rows[0]["answer_match"] == 0.0 and rows[0]["asserts_unanswerable"] is None
+
+
+def test_answers_intact_needs_the_answer_and_no_wrong_fact_and_abstention_is_split_by_answerability():
+    question = [["Until when is it open on weekdays?"]] * 3
+    responses = ["It is open until 8 pm on weekdays.",
+                 "On weekdays it is open until 8 pm. On weekdays it is open until 4 pm.",  # the answer, and a wrong one
+                 "The page does not say."]
+    rows = correctness_measures([LIBRARY] * 3, question, responses, answers=[["8 pm"]] * 3)
+    assert [r["answer_match"] for r in rows] == [1.0, 1.0, 0.0]
+    assert [r["answers_intact"] for r in rows] == [1.0, 0.0, 0.0]
+    assert [r["abstains_answerable"] for r in rows] == [0.0, 0.0, 1.0]   # abstaining where the page answers
+    unanswerable = correctness_measures([LIBRARY], [["Is there a cafe?"]], ["The page does not say."],
+                                        answerable=[False])[0]
+    assert unanswerable["answers_intact"] is None and unanswerable["abstains_answerable"] is None
+    assert unanswerable["asserts_unanswerable"] == 0.0
+    # answerable without references: abstention is counted, answer measures are undefined
+    known = correctness_measures([LIBRARY], [["q"]], ["I don't know."], answerable=[True])[0]
+    assert known["abstains_answerable"] == 1.0 and known["answers_intact"] is None
 
 
 def test_squad2_loader_reads_the_official_format():

@@ -286,13 +286,47 @@ def test_decode_options_reach_every_cell_and_its_settings(tmp_path, models):
             make_config(tmp_path / "bad", decode_options=bad)
 
 
+LIBRARY_PAGE = ("The Harlow Street Library is open Monday to Friday from 9 am to 8 pm, and on Saturdays from "
+                "10 am to 4 pm. Members can borrow up to 12 books for 3 weeks.")
+
+
+def _library_cell_summaries(cells: dict, pmi: dict, questions, answers) -> list[dict]:
+    """The sweep's summaries of cells ``{(alpha, p): responses}`` over the library page, each cell
+    with the PMI-Faith sum ``pmi[(alpha, p)]`` and ROUGE-L 0.5, scored for correctness."""
+    from pmi_decode.experiments.report import ResponseSet, add_correctness_measures, summarise
+
+    sets = []
+    for (alpha, p), responses in cells.items():
+        ids = [str(i) for i in range(len(responses))]
+        rs = ResponseSet(method="beam search", objective="x", ids=ids, documents=[LIBRARY_PAGE] * len(ids),
+                         histories=questions, responses=responses, golds=responses, meta={"alpha": alpha, "p": p},
+                         answers=answers, answerable=[True] * len(ids))
+        rs.scores = [{"id": i, "cpmi_sum": pmi[(alpha, p)], "rouge_l": 0.5} for i in rs.ids]
+        sets.append(add_correctness_measures(rs))
+    return summarise(sets)[0]
+
+
+def test_best_cell_refuses_a_cell_that_puts_wrong_facts_beside_its_answers():
+    """Same answer match and wrong-fact rate as the plainest cell, but its answers come with a
+    wrong fact beside them: fewer answers with the facts intact, so not chosen."""
+    questions = [["When does it close on weekdays?"], ["How many books can I borrow?"]]
+    answers = [["8 pm"], ["12 books", "12"]]
+    cells = {
+        (0.0, 1.0): ["It closes at 8 pm on weekdays.", "Members can borrow up to 3 books."],
+        (0.5, 0.9): ["On weekdays it is open until 8 pm. On weekdays it is open until 4 pm.", "Members can borrow books."],
+    }
+    summaries = _library_cell_summaries(cells, {(0.0, 1.0): 1.0, (0.5, 0.9): 9.0}, questions, answers)
+    plain, other = sorted(summaries, key=lambda s: s["alpha"])
+    assert plain["answer_match"] == other["answer_match"] == 0.5
+    assert plain["wrong_fact_rate"] == other["wrong_fact_rate"] == 0.5
+    assert (plain["answers_intact"], other["answers_intact"]) == (0.5, 0.0)
+    assert best_cell(summaries, require_correct=False)["alpha"] == 0.5
+    assert best_cell(summaries)["alpha"] == 0.0
+
+
 def test_best_cell_prefers_the_correct_cell_to_a_garbled_copy():
     """A cell that recites the document with its facts garbled earns more PMI-Faith and knowledge
     overlap; the sweep must still pick the cell whose answers are right."""
-    from pmi_decode.experiments.report import ResponseSet, add_correctness_measures, summarise
-
-    document = ("The Harlow Street Library is open Monday to Friday from 9 am to 8 pm, and on Saturdays from "
-                "10 am to 4 pm. Members can borrow up to 12 books for 3 weeks.")
     questions = [["When does it close on weekdays?"], ["How many books can I borrow?"]]
     answers = [["8 pm"], ["12 books", "12"]]
     cells = {
@@ -302,14 +336,7 @@ def test_best_cell_prefers_the_correct_cell_to_a_garbled_copy():
                      "Members can borrow up to 3 books for 12 weeks."],
     }
     pmi = {(0.0, 1.0): 1.0, (0.25, 0.9): 2.0, (0.5, 0.9): 9.0}  # the garbled copy scores highest
-    sets = []
-    for (alpha, p), responses in cells.items():
-        rs = ResponseSet(method="beam search", objective="x", ids=["a", "b"], documents=[document] * 2,
-                         histories=questions, responses=responses, golds=responses, meta={"alpha": alpha, "p": p},
-                         answers=answers, answerable=[True, True])
-        rs.scores = [{"id": i, "cpmi_sum": pmi[(alpha, p)], "rouge_l": 0.5} for i in rs.ids]
-        sets.append(add_correctness_measures(rs))
-    summaries, _ = summarise(sets)
+    summaries = _library_cell_summaries(cells, pmi, questions, answers)
     garbled = next(s for s in summaries if s["alpha"] == 0.5)
     assert garbled["wrong_fact_rate"] == 1.0 and garbled["pmi_faith_norm"] == 1.0
     assert best_cell(summaries, require_correct=False)["alpha"] == 0.5   # the paper's rule picks the garbled copy

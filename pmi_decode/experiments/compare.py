@@ -47,9 +47,11 @@ MEASURES = (  # key, label, higher is better
     ("layout_leak", "layout leak", False),
     ("answer_match", "answer match", True),
     ("answer_recall", "answer recall", True),
+    ("answers_intact", "answers, facts intact", True),
     ("wrong_fact", "responses with a wrong fact", False),
     ("wrong_number", "responses with a wrong number", False),
     ("asserts_unanswerable", "asserts an answer (unanswerable)", False),
+    ("abstains_answerable", "abstains (answerable)", False),
     ("recited_share", "recited past the answer", False),
     ("response_words", "words", False),
 )
@@ -492,6 +494,7 @@ def markdown(result: dict) -> str:
             "repeated_3gram_rate": (".3f", 1), "ungrammatical": (".0f", 100), "ungrammatical_harper": (".0f", 100),
             "unfinished": (".0f", 100), "ungrammatical_finished": (".0f", 100),
             "layout_leak": (".0f", 100), "answer_match": (".3f", 1), "answer_recall": (".3f", 1),
+            "answers_intact": (".3f", 1), "abstains_answerable": (".0f", 100),
             "wrong_fact": (".0f", 100), "wrong_number": (".0f", 100), "asserts_unanswerable": (".0f", 100),
             "recited_share": (".3f", 1), "response_words": (".1f", 1)}
     keys = [k for k, _, _ in MEASURES]

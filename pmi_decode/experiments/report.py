@@ -139,7 +139,8 @@ def add_reader_measures(rs: ResponseSet, *, sentence_encoder=None) -> ResponseSe
 
 
 #: Correctness columns summarised per set (see :func:`add_correctness_measures`).
-CORRECTNESS_SUMMARY = ("answer_match", "answer_recall", "asserts_unanswerable", "recited_share", "response_words")
+CORRECTNESS_SUMMARY = ("answer_match", "answer_recall", "answers_intact", "asserts_unanswerable",
+                       "abstains_answerable", "recited_share", "response_words")
 
 
 def add_correctness_measures(rs: ResponseSet) -> ResponseSet:

@@ -553,9 +553,11 @@ ANSWER_MATCH_TOLERANCE = 0.02
 
 def correct_cells(rows: Sequence[dict]) -> list[dict]:
     """The cells no less correct than the plainest one (smallest alpha, then largest p): no
-    higher wrong-fact rate, answer match at most :data:`ANSWER_MATCH_TOLERANCE` lower (where
+    higher wrong-fact rate, answer match and answers with facts intact (the answer and no wrong
+    number or name in the response) each at most :data:`ANSWER_MATCH_TOLERANCE` lower (where
     reference answers exist) and no more answers asserted to unanswerable questions. A garbled
-    copy of the document earns PMI-Faith; it does not pass this."""
+    copy of the document earns PMI-Faith; it does not pass this, nor does a cell that keeps its
+    answers and wrong-fact rate by putting the wrong facts beside the answers."""
     if not rows:
         return []
     base = min(rows, key=lambda s: (alpha_order(s["alpha"]), -s["p"]))
@@ -566,7 +568,7 @@ def correct_cells(rows: Sequence[dict]) -> list[dict]:
         return s[key] >= base[key] - slack if higher_is_better else s[key] <= base[key] + slack
 
     return [s for s in rows if ok(s, "wrong_fact_rate") and ok(s, "answer_match", ANSWER_MATCH_TOLERANCE, True)
-            and ok(s, "asserts_unanswerable")]
+            and ok(s, "answers_intact", ANSWER_MATCH_TOLERANCE, True) and ok(s, "asserts_unanswerable")]
 
 
 def best_cell(summaries: Sequence[dict], *, method: str | None = None,

@@ -12,6 +12,13 @@ the question with the facts right. These measures do that:
 * :func:`abstains` - the response says the document (or the speaker) does not tell, instead of
   asserting an answer. On a question the document cannot answer, a response that does not
   abstain asserts an invented answer.
+* ``answers_intact`` - the response holds a reference answer *and* no wrong number or name: the
+  answer with the document's facts intact. Answer match alone credits a recitation that holds
+  the answer beside a wrong one ("the deadline is 1 March ... the closing date is 31 October").
+* ``abstains_answerable`` - the response abstains on a question the document answers. Abstaining
+  is right only where the document does not tell: a system that says "I don't know" as often on
+  answerable questions as on unanswerable ones abstains at random, whatever its rate on the
+  unanswerable ones.
 * :func:`recited_share` - the share of the response's words that come after the sentence that
   answers (the first sentence holding a reference answer; without references, the first
   sentence): what was recited past the answer. ``response_words`` is the length.
@@ -41,8 +48,9 @@ __all__ = [
 ]
 
 #: Columns :func:`correctness_measures` writes (``None`` where undefined for a row).
-CORRECTNESS_COLUMNS = ("answer_match", "answer_recall", "abstains", "asserts_unanswerable", "wrong_facts",
-                       "wrong_numbers", "wrong_names", "recited_share", "response_words")
+CORRECTNESS_COLUMNS = ("answer_match", "answer_recall", "answers_intact", "abstains", "asserts_unanswerable",
+                       "abstains_answerable", "wrong_facts", "wrong_numbers", "wrong_names", "recited_share",
+                       "response_words")
 
 # Ways of saying "the document does not tell" / "I don't know". Each pattern needs a verb of
 # telling or knowing, or a noun of information, so that a negative answer ("the museum is not
@@ -80,8 +88,10 @@ _ABSTAIN_PATTERNS = [
     r"\bcan't (?:help|answer) (?:you )?with that\b",
 ]
 _ABSTAIN = [re.compile(p, re.IGNORECASE) for p in _ABSTAIN_PATTERNS]
-# "I'm not sure, but I think it opens at 9": a hedge followed by an answer asserts the answer.
-_HEDGED_ANSWER = re.compile(r"\bbut\s+(?:i\s+(?:think|believe|guess|suppose|would say)|it(?:'s| is| was| should)|"
+# "I'm not sure, but I think it opens at 9" / "I don't know, but I'm pretty sure it was Bohemond": a
+# hedge followed by an answer asserts the answer.
+_HEDGED_ANSWER = re.compile(r"\bbut\s+(?:i\s+(?:think|believe|guess|suppose|would say)|"
+                            r"(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|it(?:'s| is| was| should)|"
                             r"there(?:'s| is| are| should)|they(?:'re| are| should)|probably|likely|maybe|perhaps|"
                             r"roughly|about|around|usually|most likely)\b", re.IGNORECASE)
 
@@ -172,7 +182,10 @@ def correctness_measures(documents: Sequence[str], histories: Sequence[Sequence[
     ``answers``: per row, the reference answers (``None`` or ``[]`` where there are none);
     ``answerable``: per row, whether the document holds an answer (``None``: unknown). Where a
     row is known to be unanswerable, ``asserts_unanswerable`` is 1.0 unless the response abstains;
-    elsewhere it is ``None``. Wrong facts need no reference (see
+    elsewhere it is ``None``. Where a row is known to be answerable (``answerable`` true, or
+    reference answers given), ``abstains_answerable`` is 1.0 when the response abstains;
+    elsewhere ``None``. ``answers_intact`` is 1.0 where ``answer_match`` is and the response
+    holds no wrong number or name (``None`` without references). Wrong facts need no reference (see
     :func:`~pmi_decode.metrics.fact_support.wrong_facts`)."""
     n = len(responses)
     if len(documents) != n or len(histories) != n:
@@ -190,11 +203,15 @@ def correctness_measures(documents: Sequence[str], histories: Sequence[Sequence[
             raise ValueError("a row marked unanswerable has reference answers")
         wrong = wrong_facts(document, history, response, nlp=nlp, nlp_ner=nlp_ner)
         abstained = abstains(response)
+        match = answer_match(response, refs)
+        answerable_row = can is True or bool(refs)
         rows.append({
-            "answer_match": answer_match(response, refs),
+            "answer_match": match,
             "answer_recall": answer_recall(response, refs),
+            "answers_intact": None if match is None else float(match == 1.0 and not wrong),
             "abstains": float(abstained),
             "asserts_unanswerable": (0.0 if abstained else 1.0) if can is False else None,
+            "abstains_answerable": float(abstained) if answerable_row else None,
             "wrong_facts": float(len(wrong)),
             "wrong_numbers": float(sum(u["numeric"] for u in wrong)),
             "wrong_names": float(sum(not u["numeric"] for u in wrong)),

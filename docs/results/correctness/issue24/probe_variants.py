@@ -1,8 +1,8 @@
 """Probe variants of the PMI step score on a small file; loads the model once.
 
-A study script of issue 24 (docs/results/correctness/README.md, "PMI re-ranks only"): it patches
-the processor's score function. Run it from commit 0e5a623 (branch issue24), where ``pmi_scores``
-takes ``center`` (variant ``opencenter2``)."""
+Variants: base, open<k> (the first k tokens by the conditional model), cap<x>, center,
+opencenter / opencenter2 (centred on the expected PMI), openmax<k> (centred on the largest PMI of
+the candidates, so no hypothesis gains from the PMI term; tried on the 8 abstentions, 3 kept)."""
 import json, math, sys, time, argparse
 import torch
 import pmi_decode.processor as P
@@ -29,6 +29,21 @@ def variant_scores(scores, lp_u, alpha, p, normalize=False, end_ids=None, plausi
     if name == "opencenter2":
         a = 0.0 if VAR["step"] < 1 else alpha
         return orig_scores(scores, lp_u, a, p, normalize, end_ids, plausibility, candidates, pmi_cap=pmi_cap, center=True)
+    if name.startswith("openmax") and lp_u is not None:
+        k = int(name[7:] or 1)
+        if VAR["step"] < k:
+            return orig_scores(scores, lp_u, 0.0, p, normalize, end_ids, plausibility, candidates, pmi_cap=pmi_cap)
+        lp_c, keep = S.pmi_candidates(scores, p, plausibility)
+        known = torch.isfinite(lp_u)
+        pmi = (lp_c - torch.where(known, lp_u, torch.zeros_like(lp_u)))
+        if pmi_cap is not None: pmi = pmi.clamp(max=pmi_cap)
+        m = torch.where(keep & known, pmi, torch.full_like(pmi, -math.inf)).amax(-1, keepdim=True)
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        sc = orig_scores(scores, lp_u, alpha, p, normalize, None, plausibility, candidates, pmi_cap=pmi_cap)
+        sc = sc - alpha * m
+        if end_ids is not None:
+            return S.conditional_end_scores(lp_c, sc, end_ids, normalize)
+        return sc
     if name == "base" or lp_u is None:
         return orig_scores(scores, lp_u, alpha, p, normalize, end_ids, plausibility, candidates, pmi_cap=pmi_cap)
     if name.startswith("open") and name[4:].isdigit() or name == "open":
