@@ -386,6 +386,8 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
 
 
 _PLAIN_WORD = re.compile(r"[^\W_]+")
+#: Where a response's sentence ends (as :func:`sentences` splits), for a fact's copied context.
+_SENTENCE_END_RE = re.compile(r"[.!?]+(?:\s+|$)")
 #: How many words on each side of a fact unit (within its sentence) a verbatim copy must carry,
 #: and how many in all, for the copy to count as stating the fact as the source states it.
 _COPY_REACH, _COPY_MIN_CONTEXT = 3, 2
@@ -404,7 +406,9 @@ def _copied_with_context(response: str, unit: dict, sources: Sequence[str]) -> b
     source states it, whatever the clause-level rules would make of its surroundings: they
     compare key words, and on long copied sentences they misread a neighbour ("$2.50 for a single
     ride of up to 30 minutes") as a pairing the document lacks. A garbled copy ("from 9 am to
-    4 pm") is no word-for-word copy, so this never hides one."""
+    4 pm") is no word-for-word copy. What it can pass is a value whose wrong subject lies beyond
+    the reach ("A student 30-day pass costs $78", where "30-day pass costs $78" is the adult
+    price); the clause rules miss that one too."""
     start, end = unit["start"], unit["end"]
     breaks = [m.span() for m in _SENTENCE_END_RE.finditer(response)]
     left = max((b for a, b in breaks if b <= start), default=0)
@@ -415,9 +419,6 @@ def _copied_with_context(response: str, unit: dict, sources: Sequence[str]) -> b
         return False
     run = " " + " ".join(before + _PLAIN_WORD.findall(response[start:end].lower()) + after) + " "
     return any(run in source for source in sources)
-
-
-_SENTENCE_END_RE = re.compile(r"[.!?]+(?:\s+|$)")
 
 
 def wrong_fact_features(document: str, history: Sequence[str], response: str, *, nlp=None, nlp_ner=None) -> dict:
