@@ -2,7 +2,15 @@
 
 Variants: base, open<k> (the first k tokens by the conditional model), cap<x>, center,
 opencenter / opencenter2 (centred on the expected PMI), openmax<k> (centred on the largest PMI of
-the candidates, so no hypothesis gains from the PMI term; tried on the 8 abstentions, 3 kept)."""
+the candidates, so no hypothesis gains from the PMI term; tried on the 8 abstentions, 3 kept):
+
+    G=docs/results/correctness/generations
+    python docs/results/correctness/issue24/probe_variants.py \
+        --input docs/results/correctness/issue24/abstentions8.jsonl --variants openmax \
+        --plain $G/normans_unanswerable.gemma.capped.jsonl,$G/factual.gemma.capped.jsonl \
+        > probe_abstentions8_openmax.log
+
+(``openmax`` runs on this commit's library too; ``center`` and ``opencenter2`` need 0e5a623.)"""
 import json, math, sys, time, argparse
 import torch
 import pmi_decode.processor as P
