@@ -42,6 +42,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from .text import porter_stem as _stem
+from .text import sentence_around, words
 from .text import sentences, word_stems  # sentences lives in .text; it stays importable from here
 from .token_aggregation import load_nlp, load_nlp_ner, words_of
 
@@ -385,18 +386,15 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
     return wrong
 
 
-_PLAIN_WORD = re.compile(r"[^\W_]+")
-#: Where a response's sentence ends (as :func:`sentences` splits), for a fact's copied context.
-_SENTENCE_END_RE = re.compile(r"[.!?]+(?:\s+|$)")
 #: How many words on each side of a fact unit (within its sentence) a verbatim copy must carry,
 #: and how many in all, for the copy to count as stating the fact as the source states it.
 _COPY_REACH, _COPY_MIN_CONTEXT = 3, 2
 
 
 def _plain_words(text: str) -> str:
-    """Lower-case words and numbers without punctuation, space-separated and space-padded, so
+    """The text's :func:`~pmi_decode.metrics.text.words`, space-separated and space-padded, so
     that a run of words can be looked up as a substring."""
-    return " " + " ".join(_PLAIN_WORD.findall(text.lower())) + " "
+    return " " + " ".join(words(text)) + " "
 
 
 def _copied_with_context(response: str, unit: dict, sources: Sequence[str]) -> bool:
@@ -410,15 +408,12 @@ def _copied_with_context(response: str, unit: dict, sources: Sequence[str]) -> b
     the reach ("A student 30-day pass costs $78", where "30-day pass costs $78" is the adult
     price); the clause rules miss that one too."""
     start, end = unit["start"], unit["end"]
-    breaks = [m.span() for m in _SENTENCE_END_RE.finditer(response)]
-    left = max((b for a, b in breaks if b <= start), default=0)
-    right = min((a for a, b in breaks if a >= end), default=len(response))
-    before = _PLAIN_WORD.findall(response[left:start].lower())[-_COPY_REACH:]
-    after = _PLAIN_WORD.findall(response[end:right].lower())[:_COPY_REACH]
+    left, right = sentence_around(response, start, end)
+    before = words(response[left:start])[-_COPY_REACH:]
+    after = words(response[end:right])[:_COPY_REACH]
     if len(before) + len(after) < _COPY_MIN_CONTEXT:
         return False
-    run = " " + " ".join(before + _PLAIN_WORD.findall(response[start:end].lower()) + after) + " "
-    return any(run in source for source in sources)
+    return any(_plain_words(" ".join(before + words(response[start:end]) + after)) in source for source in sources)
 
 
 def wrong_fact_features(document: str, history: Sequence[str], response: str, *, nlp=None, nlp_ner=None) -> dict:

@@ -83,3 +83,12 @@ def sentences(text: str) -> list[str]:
     """The sentences of ``text``, split after ``.``, ``!`` or ``?`` followed by white space
     (rule-based: responses and documents are short, well-punctuated prose)."""
     return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def sentence_around(text: str, start: int, end: int) -> tuple[int, int]:
+    """The character bounds of the sentence of ``text`` (as :func:`sentences` splits it) that
+    holds ``text[start:end]``; a break inside that span ("St. Bride's") does not split it."""
+    breaks = [m.span() for m in _SENTENCE_END.finditer(text)]
+    left = max((b for a, b in breaks if b <= start), default=0)
+    right = min((a for a, b in breaks if a >= end), default=len(text))
+    return left, right
