@@ -106,7 +106,11 @@ def end_to_end(args, inp: Path, work: Path) -> dict:
     plain, pmi = statistics.median(times["plain"]), statistics.median(times["pmi"])
     result = {"dialogues": n, "wall_s": {"plain": plain, "pmi": pmi}, "all_wall_s": times,
               "dialogues_per_s": {"plain": n / plain, "pmi": n / pmi}, "ratio_pmi_to_plain": pmi / plain,
-              "responses_differ": sum(a != b for a, b in zip(outputs["plain"], outputs["pmi"]))}
+              "responses_differ": sum(a != b for a, b in zip(outputs["plain"], outputs["pmi"])),
+              # the command stops each response at its end token: a system that writes shorter responses
+              # is faster for that alone, so the lengths stand beside the times
+              "mean_response_words": {name: statistics.fmean(len(r.split()) for r in texts) if texts else 0.0
+                                      for name, texts in outputs.items()}}
     if args.also_packed:
         packed = statistics.median(times["pmi_packed"])
         result["wall_s"]["pmi_packed"] = packed

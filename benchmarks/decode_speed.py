@@ -9,12 +9,13 @@ Methods (each row of the table):
   plain-2x-rows  model.generate on the batch stacked on itself: what twice the rows cost, the
              floor of a path that runs both branches as one batch
   separate   PMIDecode(alpha, p, model=..., unconditional_inputs=...): its own KV cache
-  default    pmi_generate as a user calls it (its defaults pick the path: paired in greedy and beam
-             search, separate with deferral in sampling modes); the issue's targets are on this row
+  default    pmi_generate as a user calls it (its defaults pick the path: packed on decoder-only
+             models where the call can take it, else paired, else separate); the issue's targets
+             are on this row
   separate-deferred  pmi_generate(paired=False) in greedy search and sampling: the separate path with
              single-candidate steps deferred (sampling's default before the paired sampling loop)
-  paired     pmi_generate: both branches in one batch (greedy, beam search, sampling; beam sampling
-             falls back)
+  paired     pmi_generate(paired=True): both branches in one batch (greedy, beam search, sampling;
+             not beam sampling)
   packed     pmi_generate(packed=True), decoder-only: both halves in one row, the document-free half
              at its own length in the cache (pmi_decode/packed.py; every mode)
   *-prompt-once  decoder-only beam modes: the prompt runs once per dialogue, not once per beam
@@ -36,6 +37,7 @@ sampled resident set size on a CPU).
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import threading
 import time
@@ -94,6 +96,7 @@ class PeakMemory:
             return int(f.read().split()[1]) * 4096
 
     def __enter__(self):
+        gc.collect()  # what the last call left in reference cycles (its cache) is freed now, not mid-block
         if self.device.startswith("cuda"):
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()

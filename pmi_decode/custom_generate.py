@@ -95,7 +95,7 @@ def _unconditional(unconditional_inputs, negative_prompt_ids, negative_prompt_at
 
 #: PMI-Decode's own keywords of :func:`generate` (the rest of its signature is ``generate``'s), with
 #: their defaults; ``None`` reads :mod:`pmi_decode.defaults` at call time.
-GENERATE_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, paired=None, packed=False, share_prompt=True,
+GENERATE_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, paired=None, packed=None, share_prompt=True,
                         normalize=False, conditional_end=False, plausibility=None, pmi_cap=None)
 #: PMI-Decode's own keywords of :func:`pmi_decoding_loop`.
 LOOP_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, normalize=False, conditional_end=False,
@@ -127,7 +127,7 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
     arguments. The conditional prompt is generate's ``input_ids`` (or ``inputs``) with its
     ``attention_mask``; the document-free one is ``unconditional_inputs`` or
     ``negative_prompt_ids`` / ``negative_prompt_attention_mask``. ``alpha`` (a number in [0, 1],
-    ``"adaptive"`` or ``"cocoa"``), ``p``, ``plausibility``, ``pmi_cap``, ``paired``, ``share_prompt``,
+    ``"adaptive"`` or ``"cocoa"``), ``p``, ``plausibility``, ``pmi_cap``, ``paired``, ``packed``, ``share_prompt``,
     ``normalize``, ``conditional_end``: as in ``pmi_generate``, with its defaults
     (:mod:`pmi_decode.defaults`). Anything else goes to ``generate``."""
     options = _pop_options(kwargs, GENERATE_OPTIONS)

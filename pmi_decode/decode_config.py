@@ -203,7 +203,7 @@ def _check_chat_template(name, value) -> None:
 
 def _check_packed(name, value) -> None:
     if value is not None and not isinstance(value, bool):
-        raise ValueError(f"{name} must be true, false or None (auto: on a CPU, where the model can take it), "
+        raise ValueError(f"{name} must be true, false or None (auto: where the model and options can take it), "
                          f"got {value!r}")
 
 
@@ -391,11 +391,11 @@ class DecodeConfig:
         help="beam search: return the best of the final beams that ended with the end token rather than a "
         "better-scored one that --max-new-tokens cut; the best beam when none ended (default: {default})")
     packed: bool | None = option(
-        False, parse={"auto": None, "on": True, "off": False}, check=_check_packed, cli_default=None,
+        None, parse={"auto": None, "on": True, "off": False}, check=_check_packed,
         help_rank=190, setting=_packed_setting,
         help="both halves of each dialogue in one row of the batch (decoder-only models), so the document-free "
         "half holds its own length in the KV cache, not the document's: the same tokens, less memory, faster "
-        "on a CPU (on a GPU not yet timed across batch sizes since its beam-search fix). auto: on a CPU, where the model can take it; "
+        "on a CPU and on a GPU. auto: wherever the model and options can take it; off: the paired path; "
         "on: refused, with the reason, where the model cannot (default {default})")
     #: the prompt layout (a :class:`~pmi_decode.inputs.DialogueFormat`; ``None``: the default one)
     format: object = option(None, code_only=True, setting=_format_setting)

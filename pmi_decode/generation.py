@@ -441,7 +441,7 @@ def paired_path_blocker(model, inputs, **generate_kwargs) -> str | None:
 
 def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, paired: bool | None = None,
                  share_prompt: bool = True, normalize: bool = False, conditional_end: bool = False,
-                 plausibility: float | None = None, pmi_cap: float | None = None, packed: bool = False,
+                 plausibility: float | None = None, pmi_cap: float | None = None, packed: bool | None = None,
                  **generate_kwargs):
     """Generate with PMI-Decode; returns what ``generate`` returns for the conditional rows.
 
@@ -456,8 +456,8 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             :data:`pmi_decode.defaults.PLAUSIBILITY`; ``0`` is the paper's score.
         pmi_cap: the most the PMI term may count, in nats (see :class:`~pmi_decode.PMIDecode`);
             ``None``: :data:`pmi_decode.defaults.PMI_CAP`; ``math.inf`` is the paper's score.
-        paired: ``None`` picks the paired path whenever it is exact (greedy search, beam search and
-            sampling, with
+        paired: ``None``, where the packed path is not taken, picks the paired path whenever it is
+            exact (greedy search, beam search and sampling, with
             the options as ``OPTIONS`` classifies them, after merging the configuration as
             ``generate`` does) and the separate-cache path otherwise;
             ``True`` insists on the paired path (ValueError saying why when it cannot be used);
@@ -469,7 +469,7 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             :func:`paired_prompt_cache`), greedy search included; and for encoder-decoder models
             in beam search, leave the cross-attention cache in place where beam reordering cannot
             change it (:class:`GroupedCrossAttentionCache`). Same tokens, fewer prompt forwards
-            and copies.
+            and copies. The packed path always runs each prompt once.
         normalize: normalise each step's PMI scores over the nucleus (see
             :class:`~pmi_decode.PMIDecode`).
         conditional_end: the conditional model alone decides when the response ends (see
@@ -477,9 +477,13 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
         packed: decoder-only models: both halves of a dialogue in one row of generate's batch
             (:mod:`pmi_decode.packed`): the document-free half holds its own length in the KV
             cache, not the document's, and generate samples once per row, so sampling and beam
-            sampling stay on it. ValueError saying why where it cannot be used (encoder-decoder
-            models, flash attention, sliding-window layers, ``cache_implementation``, and the
-            options the paired path refuses). Off by default until measured on a GPU.
+            sampling stay on it. ``None`` (the default) takes it wherever the call can (``paired``
+            unset, alpha not 0, none of the reasons below): it is the faster path on a CPU and,
+            measured on an H100, on a GPU too, and it needs less memory
+            (benchmarks/results/gpu/README.md). ``True`` insists (ValueError saying why where it
+            cannot be used: encoder-decoder models, flash attention, sliding-window layers,
+            ``cache_implementation``, and the options the paired path refuses); ``False`` leaves
+            it off (the paired path, then the separate one, as ``paired`` says).
         **generate_kwargs: anything ``generate`` takes (num_beams, do_sample, max_new_tokens, ...).
 
     Sampling on the paired path draws the separate path's tokens for the same seed (one shared
@@ -489,8 +493,8 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     alpha, p = resolve_alpha(alpha, p)
     plausibility = defaults.PLAUSIBILITY if plausibility is None else plausibility
     pmi_cap = validate_pmi_cap(defaults.PMI_CAP if pmi_cap is None else pmi_cap)
-    if not isinstance(packed, bool):
-        raise ValueError(f"packed must be True or False, got {packed!r}")
+    if packed is not None and not isinstance(packed, bool):
+        raise ValueError(f"packed must be True, False or None (where the call can take it), got {packed!r}")
     if packed and paired is not None:
         raise ValueError("packed=True is a path of its own: leave paired unset with it")
     cond, uncond = _unpack(inputs)
@@ -502,6 +506,8 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     if conditional_end and ends is None:
         raise ValueError("conditional_end=True needs the end token: pass eos_token_id= (the model's generation "
                          "config has none)")
+    if packed is None:
+        packed = paired is None and alpha != 0.0 and plan.packed_blocker(model) is None
     if packed and alpha != 0.0:
         why = plan.packed_blocker(model)
         if why:

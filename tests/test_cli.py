@@ -474,15 +474,6 @@ def test_packed_gives_the_paired_paths_responses(tmp_path, llama_dir, mode):
     assert "packed" not in outs[0][0]["settings"] and "packed" not in outs[2][0]["settings"]
 
 
-def test_packed_auto_is_on_where_the_model_can_take_it_on_a_cpu(tmp_path, llama_dir):
-    from pmi_decode.batch.decode import _packed_for
-
-    llama, _ = load_model_and_tokenizer(llama_dir)
-    bart, _ = load_model_and_tokenizer(_save(tmp_path, "bart"))
-    assert _packed_for(llama, None) is True and _packed_for(llama, False) is False
-    assert _packed_for(bart, None) is False  # encoder-decoder: the paired path
-
-
 def test_packed_on_a_model_that_cannot_take_it_is_a_clear_error(tmp_path, capsys):
     folder = _save(tmp_path, "bart")
     inp = _write_input(tmp_path / "in.jsonl", _records(1))

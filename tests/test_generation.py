@@ -153,7 +153,8 @@ def _count_tokens(model):
 ])
 @pytest.mark.parametrize("paired", [None, False])
 def test_prompt_run_once_per_dialogue_gives_the_same_tokens(kind, mode, paired):
-    """share_prompt prefills each prompt once instead of once per beam: same output, fewer tokens."""
+    """share_prompt prefills each prompt once instead of once per beam: same output, fewer tokens
+    (on the paired and separate paths; the packed path always prefills each prompt once)."""
     tok = tiny_tokenizer(kind)
     model = tiny_model(kind, dtype=torch.float32 if kind == "bloom" else torch.float64)
     inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
@@ -161,7 +162,8 @@ def test_prompt_run_once_per_dialogue_gives_the_same_tokens(kind, mode, paired):
     for share in (False, True):
         seen, handle = _count_tokens(model)
         torch.manual_seed(0)
-        outputs.append(pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, share_prompt=share, **NEW, **mode))
+        outputs.append(pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=paired, packed=False, share_prompt=share,
+                                    **NEW, **mode))
         handle.remove()
         work.append(sum(seen))
     assert torch.equal(outputs[0], outputs[1])

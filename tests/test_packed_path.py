@@ -238,3 +238,53 @@ def test_the_packed_step_appends_contiguous_keys_and_values(kind):
         DynamicLayer.update = original
     assert seen and all(seen)
     assert torch.equal(got, separate(model, inputs, 0.5, 0.9, num_beams=2, **NEW))
+
+
+def _packed_calls(monkeypatch) -> list:
+    """Records each call that took the packed path (PackedRows installed), and runs it as it is."""
+    from pmi_decode.packed import PackedRows
+
+    calls, original = [], PackedRows.installed
+
+    def installed(self):
+        calls.append(self)
+        return original(self)
+
+    monkeypatch.setattr(PackedRows, "installed", installed)
+    return calls
+
+
+@pytest.mark.parametrize("kind, mode, expected", [
+    ("llama", "greedy", True), ("gpt2", "beam", True), ("llama", "beam-sampling", True),
+    ("bart", "greedy", False),  # encoder-decoder: the paired path
+])
+def test_the_default_takes_the_packed_path_wherever_the_call_can(monkeypatch, kind, mode, expected):
+    """packed=None (the default) is the packed path for decoder-only models on any device, with the
+    packed path's tokens; an explicit paired=True, packed=False or alpha 0 stays off it."""
+    model, inputs = setup(kind)
+    options = dict(**NEW, **MODES[mode])
+    calls = _packed_calls(monkeypatch)
+    torch.manual_seed(0)
+    default = pmi_generate(model, inputs, alpha=0.5, p=0.9, **options)
+    assert len(calls) == int(expected)
+    if expected:
+        torch.manual_seed(0)
+        assert torch.equal(default, pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **options))
+    calls.clear()
+    pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=False, **options)
+    pmi_generate(model, inputs, alpha=0.0, p=0.9, **options)
+    if mode != "beam-sampling":  # the paired path cannot run beam sampling
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, **options)
+    assert calls == []
+
+
+def test_the_default_stays_off_the_packed_path_where_an_option_blocks_it(monkeypatch):
+    """A cache of generate's own making has room for plain decoding only: the default goes on to
+    the paired path (no error), where packed=True says why it cannot."""
+    model, inputs = setup("llama")
+    calls = _packed_calls(monkeypatch)
+    options = dict(**NEW, cache_implementation="static")
+    pmi_generate(model, inputs, alpha=0.5, p=0.9, **options)
+    assert calls == []
+    with pytest.raises(ValueError, match="cache_implementation"):
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **options)

@@ -21,18 +21,26 @@ def test_sentence_ends_and_trimming():
 
 
 class Script:
-    """Forces the tiny model to write ``ids`` in a loop (one token per decoding step; a forward
-    over several positions, a prompt prefill, starts it over): a stand-in for a trained model
-    that writes sentences."""
+    """Forces the tiny model to write ``ids`` in a loop (one token per decoding step; a prompt
+    prefill, a forward whose input holds more than two positions, starts it over; the packed
+    path's step has two positions, one per half, and both are pushed alike, as the paired path's
+    two rows are): a stand-in for a trained model that writes sentences."""
 
     def __init__(self, model, ids, runner_up: tuple[int, float] | None = None):
-        self.ids, self.step, self.runner_up = ids, 0, runner_up
-        self.handle = model.get_output_embeddings().register_forward_hook(self)
+        self.ids, self.step, self.runner_up, self.prefill = ids, 0, runner_up, False
+        self.handles = [model.get_input_embeddings().register_forward_hook(self.saw_input),
+                        model.get_output_embeddings().register_forward_hook(self)]
+
+    def saw_input(self, module, args, output):
+        self.prefill = args[0].shape[1] > 2
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
 
     def __call__(self, module, args, output):
-        if output.shape[1] > 1:
+        if self.prefill:
             self.step = 0
-            return output
         token = self.ids[self.step % len(self.ids)]
         self.step += 1
         push = torch.nn.functional.one_hot(torch.tensor(token), output.shape[-1]).to(output.dtype) * 100.0
@@ -50,7 +58,7 @@ def _decode(model, tok, script, runner_up=None, **options):
     try:
         return list(decode_records(records, model, tok, alpha=0.5, p=0.9, compare=True, progress=False, **options))
     finally:
-        forced.handle.remove()
+        forced.remove()
 
 
 def test_decode_records_trims_only_what_the_limit_cut():

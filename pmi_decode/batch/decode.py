@@ -333,28 +333,15 @@ def _batch_seed(seed: int, ids: Sequence) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "little")
 
 
-def _packed_for(model, packed: bool | None) -> bool:
-    """``packed`` resolved: ``None`` (auto) takes the packed path on a CPU where the model can take
-    it (there it is the faster path, benchmarks/results/cpu_speed/packed/); on an accelerator it
-    stays on the paired path until the packed path, since its cache-append fix, is timed across the
-    GPU grid (benchmarks/results/gpu/next_run.sh)."""
-    if packed is not None:
-        return bool(packed)
-    from ..model_calls import model_device
-    from ..packed import packed_path_blocker
-
-    return model_device(model).type == "cpu" and packed_path_blocker(model) is None
-
-
 def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False, conditional_end=False,
-                   plausibility=0.0, pmi_cap=math.inf, packed=False):
+                   plausibility=0.0, pmi_cap=math.inf, packed=None):
     try:
         from ..generation import pmi_generate
     except ImportError:
         pmi_generate = None
     if pmi_generate is not None:
         out = pmi_generate(model, inputs, alpha=alpha, p=p, normalize=normalize, conditional_end=conditional_end,
-                           plausibility=plausibility, pmi_cap=pmi_cap, packed=_packed_for(model, packed),
+                           plausibility=plausibility, pmi_cap=pmi_cap, packed=packed,
                            **generate_kwargs)
         return out.sequences if hasattr(out, "sequences") else out
     if packed:
