@@ -12,7 +12,10 @@ reversed every other repeat, median of ``--repeats``:
   separate       the separate-cache path as pmi_generate builds it for greedy search and sampling
                  (nucleus projection on), without deferral
   separate-defer the same with ``defer_single_token=True`` (pmi_generate's choice from now on)
-  paired         pmi_generate's default path for greedy search (one stacked batch; no deferral)
+  paired         pmi_generate(paired=True) in greedy search (one stacked batch; no deferral): the
+                 default path until the packed path became it
+  default        pmi_generate as a user calls it: the packed path on this model (both halves in
+                 one row; no deferral)
 
 ``--modes sampling`` runs sampling (same seed for every method) instead or as well. The JSON
 records, for the deferring processor, how many steps ran no document-free forward and how many
@@ -58,7 +61,8 @@ def methods(model, inputs, args, p: float, mode: str, record: list):
            "separate-defer": separate(True)}
     if mode == "greedy":
         out["paired"] = lambda: pmi_generate(model, inputs, alpha=args.alpha, p=p, plausibility=args.plausibility,
-                                             **kw)
+                                             paired=True, **kw)
+    out["default"] = lambda: pmi_generate(model, inputs, alpha=args.alpha, p=p, plausibility=args.plausibility, **kw)
     return out
 
 
