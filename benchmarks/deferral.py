@@ -121,15 +121,17 @@ def run_case(model, tokenizer, records, args, p: float, mode: str, batch_size: i
 
 
 def markdown(rows: list[dict]) -> str:
-    names = list(rows[0]["wall_s"])
+    """One row per case; a method a mode does not run (``paired`` in sampling) is left blank."""
+    names = list(dict.fromkeys(n for r in rows for n in r["wall_s"]))
+    cell = lambda values, n: f"{values[n]:.2f}" if n in values else ""  # noqa: E731
     head = ("| p | mode | batch | " + " | ".join(f"{n} s" for n in names) + " | "
             + " | ".join(f"{n} x plain" for n in names[1:]) + " | branch forwards (deferring / not) |\n")
     head += "|---:|---|---:|" + "---:|" * (2 * len(names) - 1) + "---:|\n"
     body = ""
     for r in rows:
         body += (f"| {r['p']} | {r['mode']} | {r['batch_size']} | "
-                 + " | ".join(f"{r['wall_s'][n]:.2f}" for n in names) + " | "
-                 + " | ".join(f"{r['ratio_to_plain'][n]:.2f}" for n in names[1:])
+                 + " | ".join(cell(r["wall_s"], n) for n in names) + " | "
+                 + " | ".join(cell(r["ratio_to_plain"], n) for n in names[1:])
                  + f" | {r['branch_forwards_with_deferral']} / {r['branch_steps']} |\n")
     return head + body
 
