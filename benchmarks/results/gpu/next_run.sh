@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The sixth GPU pass, sized from the fifth (an H100) to fit one command of under ten minutes:
 #
-#     OUT=/some/folder bash benchmarks/results/gpu/next_run.sh      (carry .gpu for the CLI part)
+#     OUT=/some/folder bash benchmarks/results/gpu/next_run.sh      (the CLI part needs the folder .gpu beside the code)
 #
 # Since the fifth pass the packed path is pmi_generate's default on decoder-only models ("default"
 # below); "paired" / "paired-prompt-once" are the paired path. Parts: the exactness tests on CUDA

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fifth GPU pass as it ran (an H100), from the repository root:
 #
-#     OUT=/some/folder bash benchmarks/results/gpu/pass5/run.sh      (carry .gpu for the CLI part)
+#     OUT=/some/folder bash benchmarks/results/gpu/pass5/run.sh      (the CLI part needs the folder .gpu beside the code)
 #
 # then, on the same warm machine, the second command at the end of this file.
 source benchmarks/results/gpu/parts.sh
