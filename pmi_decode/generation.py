@@ -506,13 +506,13 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     if conditional_end and ends is None:
         raise ValueError("conditional_end=True needs the end token: pass eos_token_id= (the model's generation "
                          "config has none)")
-    if packed is None:
-        packed = paired is None and alpha != 0.0 and plan.packed_blocker(model) is None
-    if packed and alpha != 0.0:
-        why = plan.packed_blocker(model)
-        if why:
-            raise ValueError(f"the packed path cannot be used here: {why}; pmi_generate without packed=True picks "
-                             "a path that is exact with it")
+    # the packed path: None takes it where the call can, True insists (paired is unset with either)
+    try_packed = packed is not False and paired is None and alpha != 0.0
+    why = plan.packed_blocker(model) if try_packed else None
+    if packed and why:
+        raise ValueError(f"the packed path cannot be used here: {why}; pmi_generate without packed=True picks "
+                         "a path that is exact with it")
+    if try_packed and why is None:
         kwargs.pop("logits_processor", None)
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
                          conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=False,
