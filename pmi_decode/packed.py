@@ -75,7 +75,18 @@ def grouped_query_step(original):
     packed step has two. Here the query heads of one key/value head are laid out as further query
     positions of that head, each with its position's mask row, so attention reads the cache as it
     is: the same dot products, the same softmax rows. Calls this does not fit (one query position,
-    no custom mask, models with soft-capping, biases or sinks) go to ``original``."""
+    no custom mask, models with soft-capping, biases or sinks) go to ``original``.
+
+    One step hands every layer the same mask, so its grouped copy is made once per step (this
+    function is built anew for each step) and not once per layer."""
+    made = {}  # the last grouped mask, by the mask object it came from (kept alive, so never stale)
+
+    def grouped_mask(attention_mask, width: int, groups: int):
+        key = (width, groups)
+        if made.get("from") is not attention_mask or made.get("key") != key:
+            made.update({"from": attention_mask, "key": key,
+                         "mask": attention_mask[..., :width].repeat(1, 1, groups, 1)})
+        return made["mask"]
 
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
         groups = int(getattr(module, "num_key_value_groups", 1) or 1)
@@ -87,7 +98,7 @@ def grouped_query_step(original):
                             is_causal=is_causal, **kwargs)
         # query head h = key head * groups + g (transformers' repeat_kv order): rows (g, position)
         packed = query.reshape(rows, key.shape[1], groups * length, dim)
-        mask = attention_mask[..., : key.shape[-2]].repeat(1, 1, groups, 1)
+        mask = grouped_mask(attention_mask, key.shape[-2], groups)
         out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, dropout_p=dropout,
                                                                scale=scaling)
         return out.reshape(rows, heads, length, dim).transpose(1, 2).contiguous(), None

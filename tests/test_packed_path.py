@@ -169,6 +169,46 @@ def test_grouped_query_step_equals_transformers_sdpa():
     assert not torch.allclose(shuffled, expected)
 
 
+def test_grouped_query_step_makes_the_grouped_mask_once_per_mask():
+    """One step's layers share its mask, so its grouped copy is made once; a new mask (the next
+    step's, even of the same shape) or a shorter cache is never served the old copy."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from pmi_decode.packed import grouped_query_step
+
+    original = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal, module.training = 2, True, False
+    generator = torch.Generator().manual_seed(1)
+    query = torch.randn(3, 4, 2, 8, generator=generator, dtype=torch.float64)
+    key, value = (torch.randn(3, 2, 9, 8, generator=generator, dtype=torch.float64) for _ in range(2))
+    masks = [torch.rand(3, 1, 2, 9, generator=generator) > 0.5 for _ in range(2)]
+    for mask in masks:
+        mask[..., 0] = True
+    step = grouped_query_step(original)
+    repeats = []
+    real_repeat = torch.Tensor.repeat
+
+    def counting(self, *sizes):
+        repeats.append(sizes)
+        return real_repeat(self, *sizes)
+
+    torch.Tensor.repeat = counting
+    try:
+        first = [step(module, query, key, value, masks[0], scaling=0.3)[0] for _ in range(3)]
+        second, _ = step(module, query, key, value, masks[1], scaling=0.3)
+        short, _ = step(module, query, key[..., :7, :], value[..., :7, :], masks[1], scaling=0.3)
+    finally:
+        torch.Tensor.repeat = real_repeat
+    assert len(repeats) == 3  # once for each (mask, cache width), not once per call
+    for got in first:
+        torch.testing.assert_close(got, original(module, query, key, value, masks[0], scaling=0.3)[0])
+    torch.testing.assert_close(second, original(module, query, key, value, masks[1], scaling=0.3)[0])
+    expected_short, _ = original(module, query, key[..., :7, :], value[..., :7, :], masks[1][..., :7], scaling=0.3)
+    torch.testing.assert_close(short, expected_short)
+    assert not torch.allclose(second, first[0])
+
+
 def test_the_packed_step_uses_the_grouped_attention_and_restores_sdpa():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 

@@ -15,18 +15,18 @@
 source benchmarks/results/gpu/parts.sh
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # the long documents fragment the allocator
 SPEED="python3 benchmarks/decode_speed.py --device cuda --new-tokens 64 --repeats 2 --output-dir $R"
-part exactness_cuda 110 env PMI_DECODE_TEST_DEVICE=cuda python3 -m pytest -m exactness -q -p no:cacheprovider $XDIST tests
-part llama_b16 120 $SPEED --models llama-1.7b --dtype bfloat16 --datasets topicalchat --modes beam sampling \
+part exactness_cuda 100 env PMI_DECODE_TEST_DEVICE=cuda python3 -m pytest -m exactness -q -p no:cacheprovider $XDIST tests
+part llama_b16 110 $SPEED --models llama-1.7b --dtype bfloat16 --datasets topicalchat --modes beam sampling \
     --batch-sizes 16 --methods default paired paired-prompt-once --name llama_b16
-part llama_doclen_long 120 $SPEED --models llama-1.7b --dtype bfloat16 --datasets topicalchat --modes beam \
+part llama_doclen_long 110 $SPEED --models llama-1.7b --dtype bfloat16 --datasets topicalchat --modes beam \
     --batch-sizes 8 --doc-tokens 2048 4096 --methods default --name llama_doclen_long
 part smollm2_gqa 60 $SPEED --models smollm2-135m --dtype bfloat16 --datasets topicalchat --modes greedy beam \
     --batch-sizes 1 8 --methods default paired paired-prompt-once --name smollm2_gqa
-part bart_base 70 $SPEED --models bart-base --dtype float32 --datasets topicalchat --modes greedy beam \
+part bart_base 60 $SPEED --models bart-base --dtype float32 --datasets topicalchat --modes greedy beam \
     --batch-sizes 1 16 --methods default --name bart_base
 part save_model 20 python3 benchmarks/save_random_model.py --model smollm2-135m --tokenizer .gpu/smollm2_tokenizer \
     --output /tmp/rand135 --dtype bfloat16 --device cuda
-part cli_e2e 130 python3 benchmarks/cli_throughput.py --input benchmarks/fixtures/topicalchat_valid_rare_100.jsonl \
-    --dialogues 40 --parts end_to_end --repeats 2 --model /tmp/rand135 --device cuda --dtype bfloat16 \
+part cli_e2e 100 python3 benchmarks/cli_throughput.py --input benchmarks/fixtures/topicalchat_valid_rare_100.jsonl \
+    --dialogues 30 --parts end_to_end --repeats 2 --model /tmp/rand135 --device cuda --dtype bfloat16 \
     --cli-defaults --also-packed --output-dir "$R/cli_e2e"
 cat "$R/parts.txt"
