@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 
 import torch
 
@@ -136,21 +137,35 @@ def _grouped_query_attention(enabled: bool):
             del ALL_ATTENTION_FUNCTIONS["sdpa"]
 
 
-def contiguous_update(update):
-    """A cache's ``update`` that hands the cache contiguous new keys and values.
+def contiguous_update(cache) -> None:
+    """Give this cache (an instance attribute, this call's cache only) an ``update`` that hands it
+    contiguous new keys and values.
 
     A step's keys and values are a transposed view (``[rows, positions, heads, dim]`` read as
     ``[rows, heads, positions, dim]``); with one position that view is contiguous, with the packed
     step's two it is not, and ``torch.cat`` then copies the whole cache with its slow strided
     kernel: 685 against 119 microseconds per layer at 64 rows on an H200, half of the packed beam
     search's time (``benchmarks/results/gpu/pass4/``). Copying the two new positions first costs
-    next to nothing."""
+    next to nothing.
+
+    The wrapper reaches the cache through a weak reference: holding its bound ``update`` would make
+    a reference cycle, and the whole cache (gigabytes on a GPU) would outlive the call until Python's
+    garbage collector ran; the next call could then run out of memory (GPU pass 6)."""
+    bound = cache.update
+    if getattr(bound, "__self__", None) is cache:  # the usual case: the class's method
+        update, owner = bound.__func__, weakref.ref(cache)
+        del bound
+
+        def call(*args, **kwargs):
+            return update(owner(), *args, **kwargs)
+    else:  # a function someone set on the instance already: it holds what it holds
+        update = call = bound
 
     @functools.wraps(update)
     def contiguous(key_states, value_states, *args, **kwargs):
-        return update(key_states.contiguous(), value_states.contiguous(), *args, **kwargs)
+        return call(key_states.contiguous(), value_states.contiguous(), *args, **kwargs)
 
-    return contiguous
+    cache.update = contiguous
 
 
 class PackedRows:
@@ -242,7 +257,7 @@ class PackedRows:
         for layer, other in zip(cache.layers, u_cache.layers):
             layer.keys = torch.cat([layer.keys, other.keys], dim=-2)
             layer.values = torch.cat([layer.values, other.values], dim=-2)
-        cache.update = contiguous_update(cache.update)  # this call's cache only (an instance attribute)
+        contiguous_update(cache)
         u_mask = self.uncond_mask.repeat_interleave(k, dim=0).bool()
         c_mask = mask.bool()
         self.allowed = torch.stack([

@@ -328,3 +328,31 @@ def test_the_default_stays_off_the_packed_path_where_an_option_blocks_it(monkeyp
     assert calls == []
     with pytest.raises(ValueError, match="cache_implementation"):
         pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **options)
+
+
+@pytest.mark.parametrize("path", [dict(packed=True), dict(packed=False), dict(paired=False)])
+@pytest.mark.parametrize("mode", ["greedy", "beam", "sampling"])
+def test_no_cache_outlives_the_call(path, mode):
+    """Every path frees its key/value cache when the call returns, without waiting for Python's
+    garbage collector: a cache held in a reference cycle stays on the GPU until a collection, and
+    the next call runs out of memory (GPU pass 6: plain decoding after the packed path, at a
+    4k-token document)."""
+    import gc
+
+    from transformers import Cache
+
+    model, inputs = setup("llama")
+
+    def caches():
+        return sum(isinstance(o, Cache) for o in gc.get_objects())
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = caches()
+        torch.manual_seed(0)
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, **path, **NEW, **MODES[mode])
+        left = caches() - before
+    finally:
+        gc.enable()
+    assert left == 0
