@@ -145,21 +145,29 @@ def test_sequences_not_of_the_packed_step_are_refused():
         rows.unconditional_logits(inputs["conditional"]["input_ids"])
 
 
+def grouped_attention_case(rows: int, kv_heads: int, groups: int, positions: int, seed: int, masks: int = 1):
+    """transformers' sdpa attention, an attention module with ``groups`` query heads per key/value
+    head, and float64 queries, keys, values and boolean two-query masks (each query sees something)."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal, module.training = groups, True, False
+    generator = torch.Generator().manual_seed(seed)
+    query = torch.randn(rows, kv_heads * groups, 2, 8, generator=generator, dtype=torch.float64)
+    key, value = (torch.randn(rows, kv_heads, positions, 8, generator=generator, dtype=torch.float64)
+                  for _ in range(2))
+    made = [torch.rand(rows, 1, 2, positions, generator=generator) > 0.5 for _ in range(masks)]
+    for mask in made:
+        mask[..., 0] = True
+    return ALL_ATTENTION_FUNCTIONS["sdpa"], module, query, key, value, made
+
+
 def test_grouped_query_step_equals_transformers_sdpa():
     """The packed step's attention for grouped-query models reads the cache without repeating
     key/value heads, and gives transformers' own result (which repeats them)."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
     from pmi_decode.packed import grouped_query_step
 
-    original = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    module = torch.nn.Module()
-    module.num_key_value_groups, module.is_causal, module.training = 3, True, False
-    generator = torch.Generator().manual_seed(0)
-    query = torch.randn(5, 6, 2, 8, generator=generator, dtype=torch.float64)
-    key, value = (torch.randn(5, 2, 11, 8, generator=generator, dtype=torch.float64) for _ in range(2))
-    mask = torch.rand(5, 1, 2, 11, generator=generator) > 0.4
-    mask[..., 0] = True  # every query sees something
+    original, module, query, key, value, (mask,) = grouped_attention_case(5, 2, 3, 11, seed=0)
     got, _ = grouped_query_step(original)(module, query, key, value, mask, scaling=0.3)
     expected, _ = original(module, query, key, value, mask, scaling=0.3)
     assert got.shape == expected.shape == (5, 2, 6, 8)
@@ -172,19 +180,9 @@ def test_grouped_query_step_equals_transformers_sdpa():
 def test_grouped_query_step_makes_the_grouped_mask_once_per_mask():
     """One step's layers share its mask, so its grouped copy is made once; a new mask (the next
     step's, even of the same shape) or a shorter cache is never served the old copy."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
     from pmi_decode.packed import grouped_query_step
 
-    original = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    module = torch.nn.Module()
-    module.num_key_value_groups, module.is_causal, module.training = 2, True, False
-    generator = torch.Generator().manual_seed(1)
-    query = torch.randn(3, 4, 2, 8, generator=generator, dtype=torch.float64)
-    key, value = (torch.randn(3, 2, 9, 8, generator=generator, dtype=torch.float64) for _ in range(2))
-    masks = [torch.rand(3, 1, 2, 9, generator=generator) > 0.5 for _ in range(2)]
-    for mask in masks:
-        mask[..., 0] = True
+    original, module, query, key, value, masks = grouped_attention_case(3, 2, 2, 9, seed=1, masks=2)
     step = grouped_query_step(original)
     repeats = []
     real_repeat = torch.Tensor.repeat
