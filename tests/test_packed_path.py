@@ -278,6 +278,41 @@ def test_the_packed_step_appends_contiguous_keys_and_values(kind):
     assert torch.equal(got, separate(model, inputs, 0.5, 0.9, num_beams=2, **NEW))
 
 
+@pytest.mark.parametrize("own_update", [False, True])
+def test_contiguous_update_hands_on_contiguous_views_and_holds_the_cache_weakly(own_update):
+    """The wrapped update gets contiguous keys and values with everything else as given, through
+    the class's method or a function already set on the instance; the class's method is reached
+    through a weak reference, so the cache does not keep itself alive."""
+    import gc
+    import weakref
+
+    from pmi_decode.packed import contiguous_update
+
+    seen = []
+
+    class Cache:
+        def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+            seen.append((self, key_states.is_contiguous(), value_states.is_contiguous(), layer_idx, cache_kwargs))
+            return key_states, value_states
+
+    cache = Cache()
+    if own_update:
+        cache.update = lambda k, v, layer_idx, cache_kwargs=None: Cache.update(cache, k, v, layer_idx, cache_kwargs)
+    contiguous_update(cache)
+    view = torch.randn(2, 2, 3, 4).transpose(1, 2)  # [rows, heads, positions, dim] as transformers hands it
+    assert not view.is_contiguous()
+    keys, values = cache.update(view, view, 5, cache_kwargs={"x": 1})
+    assert seen == [(cache, True, True, 5, {"x": 1})] and torch.equal(keys, view)
+    if not own_update:  # the lambda above holds the cache itself, as such a function may
+        gc.disable()
+        try:
+            ref = weakref.ref(cache)
+            del cache, seen[:]
+            assert ref() is None  # freed at once, without a garbage collection
+        finally:
+            gc.enable()
+
+
 def _packed_calls(monkeypatch) -> list:
     """Records each call that took the packed path (PackedRows installed), and runs it as it is."""
     from pmi_decode.packed import PackedRows
