@@ -313,6 +313,38 @@ def test_contiguous_update_hands_on_contiguous_views_and_holds_the_cache_weakly(
             gc.enable()
 
 
+def test_the_generated_positions_reorder_equals_a_whole_reorder_and_refuses_other_prompts():
+    """Where each prompt's rows share their prompt positions, moving only the generated positions
+    gives the cache a whole reorder gives; a parent from another prompt is refused."""
+    from transformers import DynamicCache
+
+    from pmi_decode.packed import CROSS_PROMPT_PARENT, generated_positions_reorder
+    from pmi_decode.paired import StepChecks
+
+    prompts, group, heads, width, generated, dim = 2, 3, 2, 5, 4, 8
+    generator = torch.Generator().manual_seed(0)
+
+    def layer_states():
+        shared = torch.randn(prompts, heads, width, dim, generator=generator).repeat_interleave(group, dim=0)
+        return torch.cat([shared, torch.randn(prompts * group, heads, generated, dim, generator=generator)], dim=-2)
+
+    states = [(layer_states(), layer_states()) for _ in range(3)]
+    whole, ours = DynamicCache(), DynamicCache()
+    for index, (keys, values) in enumerate(states):
+        whole.update(keys.clone(), values.clone(), index)
+        ours.update(keys.clone(), values.clone(), index)
+    generated_positions_reorder(ours, width, group, StepChecks())
+    beam_idx = torch.tensor([2, 2, 0, 4, 3, 3])  # parents within each prompt's three rows
+    whole.reorder_cache(beam_idx)
+    ours.reorder_cache(beam_idx)
+    for expected, got in zip(whole.layers, ours.layers):
+        assert torch.equal(got.keys, expected.keys) and torch.equal(got.values, expected.values)
+    assert not torch.equal(whole.layers[0].keys, states[0][0])  # the reorder moved something
+    with pytest.raises(ValueError, match="another prompt"):
+        ours.reorder_cache(torch.tensor([0, 1, 3, 3, 4, 5]))  # row 2 takes a parent of the second prompt
+    assert "packed=False" in CROSS_PROMPT_PARENT
+
+
 def _packed_calls(monkeypatch) -> list:
     """Records each call that took the packed path (PackedRows installed), and runs it as it is."""
     from pmi_decode.packed import PackedRows
