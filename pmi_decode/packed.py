@@ -191,15 +191,15 @@ def generated_positions_reorder(cache, prompt_width: int, group: int, checks: St
         layers = owner().layers
         if not layers:
             return
-        device = layers[0].keys.device
-        beam_idx = beam_idx.to(device)
-        rows = torch.arange(beam_idx.numel(), device=device)
+        rows = torch.arange(beam_idx.numel(), device=beam_idx.device)
         checks.require((beam_idx // group != rows // group).any(), CROSS_PROMPT_PARENT)
+        on = {}  # the indices on each device that holds layers (a model split over devices)
         for layer in layers:
             for tensor in (layer.keys, layer.values):
                 generated = tensor[:, :, prompt_width:]
                 if generated.shape[-2]:
-                    generated.copy_(generated.index_select(0, beam_idx))
+                    index = on.setdefault(tensor.device, beam_idx.to(tensor.device))
+                    generated.copy_(generated.index_select(0, index))
 
     cache.reorder_cache = reorder_cache
 
