@@ -345,6 +345,23 @@ def test_the_generated_positions_reorder_equals_a_whole_reorder_and_refuses_othe
     assert "packed=False" in CROSS_PROMPT_PARENT
 
 
+def test_packed_beam_search_never_moves_the_whole_cache(monkeypatch):
+    """generate's beam search reorders through the packed cache's own reorder (so the speed-up is
+    not lost silently if transformers changes how it reorders), and the tokens stay exact."""
+    from transformers.cache_utils import DynamicLayer
+
+    model, inputs = setup("llama")
+    whole = []
+    real = DynamicLayer.reorder_cache
+    monkeypatch.setattr(DynamicLayer, "reorder_cache", lambda self, beam_idx: whole.append(1) or real(self, beam_idx))
+    options = dict(**NEW, **MODES["beam"])
+    got = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **options)
+    assert whole == []
+    expected = separate(model, inputs, 0.5, 0.9, **options)
+    assert whole  # the separate path's plain cache does reorder through it: the spy works
+    assert torch.equal(got, expected)
+
+
 def _packed_calls(monkeypatch) -> list:
     """Records each call that took the packed path (PackedRows installed), and runs it as it is."""
     from pmi_decode.packed import PackedRows
