@@ -7,7 +7,7 @@
 # because the packed path left its cache in a reference cycle, fixed since); beam 4 at batch 16
 # (1.17x), with 3 repeats, and the packed path's beam search with and without the generated-positions
 # reorder (same process); the grouped-query model at batch 1 (1.31x packed against 1.25x paired)
-# with the grouped mask made once per step; BART-base's added ~1.9 ms a step, profiled (host side
+# with three repeats (pass 6 already had the grouped mask made once per step); BART-base's added ~1.9 ms a step, profiled (host side
 # and device side) at batch 1. Times on the H100: a Llama case with two methods 10-30 s, model set-up
 # ~20 s, a 4k beam-search case ~60 s, a profile of three paths ~60 s.
 source benchmarks/results/gpu/parts.sh
