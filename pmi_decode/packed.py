@@ -154,7 +154,6 @@ def contiguous_update(cache) -> None:
     bound = cache.update
     if getattr(bound, "__self__", None) is cache:  # the usual case: the class's method
         update, owner = bound.__func__, weakref.ref(cache)
-        del bound
 
         def call(*args, **kwargs):
             return update(owner(), *args, **kwargs)
@@ -193,12 +192,11 @@ def generated_positions_reorder(cache, prompt_width: int, group: int, checks: St
             return
         rows = torch.arange(beam_idx.numel(), device=beam_idx.device)
         checks.require((beam_idx // group != rows // group).any(), CROSS_PROMPT_PARENT)
-        on = {}  # the indices on each device that holds layers (a model split over devices)
         for layer in layers:
+            index = beam_idx.to(layer.keys.device)  # each layer's device (a model split over devices)
             for tensor in (layer.keys, layer.values):
                 generated = tensor[:, :, prompt_width:]
                 if generated.shape[-2]:
-                    index = on.setdefault(tensor.device, beam_idx.to(tensor.device))
                     generated.copy_(generated.index_select(0, index))
 
     cache.reorder_cache = reorder_cache
