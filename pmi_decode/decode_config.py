@@ -41,7 +41,7 @@ from typing import Callable, Mapping
 
 from . import defaults as _defaults
 from .adaptive import alpha_setting, parse_alpha, resolve_alpha
-from .validation import validate_alpha_p, validate_plausibility, validate_pmi_cap
+from .validation import validate_alpha_p, validate_alpha_with_cap, validate_plausibility, validate_pmi_cap
 
 __all__ = ["DecodeConfig", "OMIT", "option", "positive_int", "int_at_least", "unit_interval"]
 
@@ -405,6 +405,8 @@ class DecodeConfig:
             check = f.metadata.get("check")
             if check is not None:
                 check(f.name, getattr(self, f.name))
+        alpha = resolve_alpha(self.alpha, 1.0)[0]
+        validate_alpha_with_cap(alpha, validate_pmi_cap(self.pmi_cap))
 
     # ------------------------------------------------------------------ building one
     def replace(self, **changes) -> "DecodeConfig":

@@ -41,6 +41,7 @@ from .scores import conditional_end_scores as _conditional_end_scores, nucleus_m
 from .scores import plausible_mask as _plausible_mask, pmi_scores as _pmi_scores
 from .scores import pmi_candidates as _pmi_candidates, single_candidate_scores as _single_candidate_scores
 from .validation import validate_alpha_p as _validate_alpha_p, validate_plausibility as _validate_plausibility
+from .validation import validate_alpha_with_cap as _validate_alpha_with_cap
 from .validation import validate_pmi_cap as _validate_pmi_cap
 
 __all__ = ["PMIDecode"]
@@ -207,6 +208,7 @@ class PMIDecode(LogitsProcessor):
         self.alpha, self.p = resolve_alpha(alpha, p)
         self.plausibility = _validate_plausibility(plausibility)
         self.pmi_cap = _validate_pmi_cap(pmi_cap)
+        _validate_alpha_with_cap(self.alpha, self.pmi_cap)
         if nucleus_projection is not None and not isinstance(nucleus_projection, bool):
             raise ValueError(f"nucleus_projection must be None, True or False, got {nucleus_projection!r}")
         for name, flag in (("normalize", normalize), ("conditional_end", conditional_end)):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from numbers import Real
 
-__all__ = ["validate_alpha_p", "validate_plausibility", "validate_pmi_cap"]
+__all__ = ["validate_alpha_p", "validate_plausibility", "validate_pmi_cap", "validate_alpha_with_cap"]
 
 
 def _is_number(value) -> bool:
@@ -42,3 +42,15 @@ def validate_pmi_cap(value) -> float | None:
     if not _is_number(value) or not 0.0 < value < math.inf:
         raise ValueError(f"pmi_cap must be a positive number of nats (None or inf: no cap), got {value!r}")
     return float(value)
+
+
+def validate_alpha_with_cap(alpha, pmi_cap) -> None:
+    """Refuse a fixed alpha of 1 with a PMI cap. The cap makes every token the document supports
+    by at least the cap score the same, so that the conditional term, (1 - alpha) * lp_c, ranks
+    them; at alpha 1 that term is gone, they tie exactly, and the search would pick among them
+    by token id. (An adaptive alpha is a tensor per row; its rules stay below 1 in practice.)"""
+    if pmi_cap is not None and _is_number(alpha) and float(alpha) == 1.0:
+        raise ValueError(f"alpha 1 cannot be used with pmi_cap={pmi_cap:g}: every token the document makes at least "
+                         f"e^{pmi_cap:g} times likelier would score the same and ties would be broken by token id; "
+                         "use alpha < 1, or no cap for the paper's pure PMI score (PMIDecode's default; "
+                         "pmi_generate(pmi_cap=math.inf); --pmi-cap none)")

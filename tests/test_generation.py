@@ -1,5 +1,7 @@
 """pmi_generate: the paired path equals the separate-cache path; beam sampling falls back to it."""
 
+import math
+
 import pytest
 import torch
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
@@ -40,7 +42,7 @@ def test_paired_moves_generate_processors_to_the_conditional_half():
     model, inputs = setup("bart")
     opts = dict(num_beams=4, forced_bos_token_id=5, forced_eos_token_id=2, no_repeat_ngram_size=2, min_length=3)
     expected = separate(model, inputs, 1.0, 0.8, max_new_tokens=8, **opts)
-    got = pmi_generate(model, inputs, alpha=1.0, p=0.8, paired=True, max_new_tokens=8, **opts)
+    got = pmi_generate(model, inputs, alpha=1.0, p=0.8, paired=True, max_new_tokens=8, pmi_cap=math.inf, **opts)
     assert torch.equal(got, expected)
     assert (got[:, 1] == 5).all()
 

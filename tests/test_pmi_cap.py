@@ -103,3 +103,41 @@ def test_pmi_generate_reads_the_default_cap_when_called(monkeypatch):
     assert torch.equal(pmi_generate(model, inputs, **kwargs), explicit)
     monkeypatch.setattr(defaults, "PMI_CAP", None)
     assert not torch.equal(pmi_generate(model, inputs, **kwargs), explicit)
+
+
+@pytest.mark.real_defaults
+def test_alpha_one_with_a_cap_is_refused_everywhere(tmp_path, capsys):
+    """At alpha 1 the capped score has no conditional term left: every token the document supports
+    by at least the cap scores the same, so the search would pick by token id. Refused, with a
+    message that says why, by the processor, pmi_generate, DecodeConfig and the command line."""
+    scores = torch.tensor([[2.0, 1.9, 0.0, -1.0]], dtype=torch.float64)
+    lp_u = torch.log_softmax(torch.tensor([[-6.0, -3.0, 0.0, 0.0]], dtype=torch.float64), dim=-1)
+    tied = pmi_scores(scores, lp_u, 1.0, 1.0, pmi_cap=0.5)
+    assert tied[0, 0] == tied[0, 1]  # the tie the refusal is about: token 0 is likelier, token 1 scores the same
+    assert pmi_scores(scores, lp_u, 0.9, 1.0, pmi_cap=0.5)[0, 0] > pmi_scores(scores, lp_u, 0.9, 1.0, pmi_cap=0.5)[0, 1]
+
+    message = "alpha 1 cannot be used with pmi_cap=2"
+    with pytest.raises(ValueError, match=message):
+        PMIDecode(1.0, 0.9, pmi_cap=2.0)
+    PMIDecode(1.0, 0.9)  # no cap: the paper's pure PMI score
+    PMIDecode(0.99, 0.9, pmi_cap=2.0)
+    model, inputs = setup("llama")
+    with pytest.raises(ValueError, match=message):
+        pmi_generate(model, inputs, alpha=1.0, p=0.9, max_new_tokens=2)  # the default cap
+    pmi_generate(model, inputs, alpha=1.0, p=0.9, pmi_cap=math.inf, max_new_tokens=2)
+
+    from pmi_decode.decode_config import DecodeConfig
+
+    with pytest.raises(ValueError, match=message):
+        DecodeConfig(alpha=1.0, pmi_cap=2.0)
+    assert DecodeConfig(alpha=1.0).pmi_cap is None
+    with pytest.raises(ValueError, match=message):
+        DecodeConfig.cli_defaults().replace(alpha=1.0)
+
+    from pmi_decode.cli import main
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"id": "a", "document": "d", "history": ["h"]}\n')
+    assert main(["generate", "--input", str(data), "--output", str(tmp_path / "o.jsonl"), "--alpha", "1"]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
