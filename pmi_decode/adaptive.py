@@ -27,6 +27,11 @@ probable tokens). The combination is ours, not the paper's formula:
 PMI weighs in where the document moves the distribution and the model that reads it is not
 already decided; where it is (an answer being copied), the step stays close to plain decoding.
 
+A ceiling (``AdaptiveAlpha(..., ceiling=c)``, ``"cocoa:MAX:EXP:CEILING"``) clips each weight at
+``c``: the rule then only takes PMI away where the model is decided, never adds more than ``c``
+where it is not. Without one, SmolLM2 at its undecided steps (weights near 1) wrote fluent text
+about the wrong thing (docs/results/correctness, section 6).
+
 Both distributions are the ones PMIDecode already holds, so the rule costs one pass over the
 vocabulary and works unchanged in every generate mode and in the paired path, where both halves
 get the same per-row weight.
@@ -101,15 +106,16 @@ class AdaptiveAlpha:
     max_alpha: float = 1.0
     exponent: float = 0.5
     signal: str = "jsd"
+    ceiling: float = 1.0
 
     def __post_init__(self):
         if self.signal not in SIGNALS:
             raise ValueError(f"adaptive alpha: signal must be one of {SIGNALS}, got {self.signal!r}")
-        for name, value in (("max_alpha", self.max_alpha), ("exponent", self.exponent)):
+        for name in ("max_alpha", "exponent", "ceiling"):
+            value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, Real) or math.isnan(value) or not 0.0 < value <= 1.0:
                 raise ValueError(f"adaptive alpha: {name} must be a number in (0, 1], got {value!r}")
-        object.__setattr__(self, "max_alpha", float(self.max_alpha))
-        object.__setattr__(self, "exponent", float(self.exponent))
+            object.__setattr__(self, name, float(value))
 
     def weights(self, lp_c: torch.Tensor, lp_u: torch.Tensor) -> torch.Tensor:
         """Each row's alpha as a ``(rows, 1)`` tensor in ``lp_c``'s dtype."""
@@ -118,13 +124,16 @@ class AdaptiveAlpha:
             alpha = self.max_alpha * divergence.pow(self.exponent) * (1.0 - top_margin(lp_c))
         else:
             alpha = self.max_alpha * jensen_shannon_bits(lp_c, lp_u).pow(self.exponent)
+        if self.ceiling < 1.0:
+            alpha = alpha.clamp(max=self.ceiling)
         return alpha.to(lp_c.dtype).unsqueeze(-1)
 
     @property
     def spec(self) -> str:
         """The string form (``adaptive:MAX_ALPHA:EXPONENT``, ``cocoa:...``) that :func:`parse_alpha` reads back."""
         head = "adaptive" if self.signal == "jsd" else self.signal
-        return f"{head}:{self.max_alpha:g}:{self.exponent:g}"
+        tail = f":{self.ceiling:g}" if self.ceiling < 1.0 else ""
+        return f"{head}:{self.max_alpha:g}:{self.exponent:g}{tail}"
 
     def __str__(self) -> str:
         return self.spec
@@ -137,19 +146,21 @@ def parse_alpha(value) -> float | AdaptiveAlpha:
     if isinstance(value, AdaptiveAlpha) or (isinstance(value, Real) and not isinstance(value, bool)):
         return value
     if not isinstance(value, str):
-        raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive|cocoa[:MAX_ALPHA[:EXPONENT]]', got {value!r}")
+        raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive|cocoa[:MAX_ALPHA[:EXPONENT[:CEILING]]]', got {value!r}")
     text = value.strip()
     head, _, rest = text.partition(":")
     if head.lower() not in ("adaptive", "cocoa"):  # a number given as text is refused too: pass the number
-        raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive|cocoa[:MAX_ALPHA[:EXPONENT]]', got {value!r}")
+        raise ValueError(f"alpha must be a number in [0, 1] or 'adaptive|cocoa[:MAX_ALPHA[:EXPONENT[:CEILING]]]', got {value!r}")
     parts = [part for part in rest.split(":")] if rest else []
-    if len(parts) > 2:
-        raise ValueError(f"alpha {value!r}: expected '{head}', '{head}:MAX_ALPHA' or '{head}:MAX_ALPHA:EXPONENT'")
+    if len(parts) > 3:
+        raise ValueError(f"alpha {value!r}: expected '{head}', '{head}:MAX_ALPHA', '{head}:MAX_ALPHA:EXPONENT' "
+                         f"or '{head}:MAX_ALPHA:EXPONENT:CEILING'")
     try:
         numbers = [float(part) for part in parts]
     except ValueError:
-        raise ValueError(f"alpha {value!r}: MAX_ALPHA and EXPONENT must be numbers in (0, 1]") from None
-    return AdaptiveAlpha(*numbers, signal="jsd" if head.lower() == "adaptive" else "cocoa")
+        raise ValueError(f"alpha {value!r}: MAX_ALPHA, EXPONENT and CEILING must be numbers in (0, 1]") from None
+    names = ("max_alpha", "exponent", "ceiling")
+    return AdaptiveAlpha(**dict(zip(names, numbers)), signal="jsd" if head.lower() == "adaptive" else "cocoa")
 
 
 def resolve_alpha(alpha, p) -> tuple[float | AdaptiveAlpha, float]:

@@ -104,7 +104,7 @@ def _positive_float(flag: str) -> Callable[[str], float]:
 
 
 def _alpha_flag(flag: str) -> Callable[[str], float | str]:
-    """A number in [0, 1], adaptive[:MAX_ALPHA[:EXPONENT]] or cocoa[:MAX_ALPHA[:EXPONENT]]."""
+    """A number in [0, 1], adaptive[:MAX_ALPHA[:EXPONENT[:CEILING]]] or cocoa[:MAX_ALPHA[:EXPONENT[:CEILING]]]."""
     number = unit_interval(flag, open_left=False)
 
     def parse(text: str):
@@ -290,7 +290,7 @@ class DecodeConfig:
         help="weight of the PMI term in [0, 1]; 0 is plain decoding; 'adaptive[:MAX_ALPHA[:EXPONENT]]' sets it "
         "per token from how much the document changes the next-token distribution (AdaCAD's signal); "
         "'cocoa[:MAX_ALPHA[:EXPONENT]]' also lowers it where the model reading the document is already decided "
-        "(CoCoA's signals) (default {default})")
+        "(CoCoA's signals); a fourth number caps the weight (e.g. cocoa:1:0.5:0.25) (default {default})")
     p: float = option(
         0.9, parse=lambda flag: unit_interval(flag, open_left=True), check=_check_p, cli_default=lambda: _defaults.P,
         help_rank=20, setting=_as(float),

@@ -25,7 +25,7 @@ class ReferenceAdaptivePMIDecode(ReferencePMIDecode):
 
     def _row_alpha(self, lp_c_row, lp_u_row) -> float:
         jsd = jensenshannon(lp_c_row.exp().double().cpu().numpy(), lp_u_row.exp().double().cpu().numpy(), base=2) ** 2
-        alpha = self.rule.max_alpha * float(jsd) ** self.rule.exponent
+        alpha = min(self.rule.ceiling, self.rule.max_alpha * float(jsd) ** self.rule.exponent)
         self.alphas.append(alpha)
         return alpha
 
@@ -135,6 +135,8 @@ def test_rule_is_scaled_by_max_alpha_and_exponent():
     ("adaptive", AdaptiveAlpha()),
     ("adaptive:0.8", AdaptiveAlpha(0.8)),
     ("Adaptive:0.8:0.25", AdaptiveAlpha(0.8, 0.25)),
+    ("cocoa:1:0.5:0.25", AdaptiveAlpha(1.0, 0.5, signal="cocoa", ceiling=0.25)),
+    ("adaptive:1:1:1", AdaptiveAlpha(1.0, 1.0)),
     (0.5, 0.5),
 ])
 def test_parse_alpha(text, expected):
@@ -142,9 +144,9 @@ def test_parse_alpha(text, expected):
 
 
 @pytest.mark.parametrize("bad", ["adaptiv", "adaptive:2", "adaptive:0", "adaptive:0.5:1.5", "adaptive:x",
-                                 "adaptive:1:1:1", "0.5", None, True])
+                                 "adaptive:1:1:1:1", "cocoa:1:0.5:0", "cocoa:1:0.5:1.5", "0.5", None, True])
 def test_bad_adaptive_specs_name_the_problem(bad):
-    with pytest.raises(ValueError, match="alpha|max_alpha|exponent"):
+    with pytest.raises(ValueError, match="alpha|max_alpha|exponent|ceiling"):
         resolve_alpha(bad, 0.9)
 
 
@@ -226,6 +228,7 @@ class ReferenceCocoaPMIDecode(ReferenceAdaptivePMIDecode):
         divergence = 1.0 - float(np.sqrt(p * q).sum())
         top = np.sort(p)[::-1]
         alpha = self.rule.max_alpha * max(divergence, 0.0) ** self.rule.exponent * (1.0 - (top[0] - top[1]))
+        alpha = min(self.rule.ceiling, alpha)
         self.alphas.append(alpha)
         return alpha
 
@@ -271,3 +274,34 @@ def test_cocoa_spec_round_trips_and_is_bounded():
     assert torch.allclose(rule.weights(lp_c, lp_c), torch.zeros(4, 1, dtype=torch.float64))  # no divergence, no PMI
     with pytest.raises(ValueError, match="signal"):
         AdaptiveAlpha(signal="kl")
+
+
+@pytest.mark.exactness
+@pytest.mark.parametrize("kind", ["bart", "llama"])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_ceiling_clips_the_rule_and_equals_the_slow_reference(kind, mode):
+    """``cocoa:MAX:EXP:CEILING``: each weight is min(CEILING, the rule); exact in every mode, and the
+    ceiling really binds on some steps and not on others."""
+    rule = AdaptiveAlpha(max_alpha=1.0, exponent=0.2, signal="cocoa", ceiling=0.3)
+    model, inputs = setup(kind)
+    fast = generate(model, inputs, [PMIDecode(rule, 0.9, model=model, unconditional_inputs=inputs["unconditional"])],
+                    mode)
+    ref = ReferenceCocoaPMIDecode(rule, 0.9, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
+                                  conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1])
+    assert torch.equal(fast, generate(model, inputs, [ref], mode))
+    assert any(a == 0.3 for a in ref.alphas) and any(0.0 < a < 0.3 for a in ref.alphas)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_ceiling_through_pmi_generate_and_settings(packed):
+    rule = parse_alpha("cocoa:1:0.2:0.3")
+    assert rule.ceiling == 0.3 and alpha_setting(rule) == "cocoa:1:0.2:0.3"
+    assert alpha_setting(parse_alpha("cocoa:1:0.2:1")) == "cocoa:1:0.2"  # a ceiling of 1 is no ceiling
+    model, inputs = setup("llama")
+    ref = ReferenceCocoaPMIDecode(rule, 0.9, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
+                                  conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1])
+    slow = generate(model, inputs, [ref], "beam")
+    path = dict(packed=True) if packed else dict(paired=True)
+    fast = pmi_generate(model, inputs, alpha="cocoa:1:0.2:0.3", p=0.9, max_new_tokens=8, min_new_tokens=4,
+                        **path, **MODES["beam"])
+    assert torch.equal(fast, slow)
