@@ -29,8 +29,8 @@ already decided; where it is (an answer being copied), the step stays close to p
 
 A ceiling (``AdaptiveAlpha(..., ceiling=c)``, ``"cocoa:MAX:EXP:CEILING"``) clips each weight at
 ``c``: the rule then only takes PMI away where the model is decided, never adds more than ``c``
-where it is not. Without one, SmolLM2 at its undecided steps (weights near 1) wrote fluent text
-about the wrong thing (docs/results/correctness, section 6).
+where it is not. Without one, CoCoA's rule (max 1) with SmolLM2 wrote fluent text about the wrong
+thing where the fixed 0.25 answered (docs/results/correctness, section 6).
 
 Both distributions are the ones PMIDecode already holds, so the rule costs one pass over the
 vocabulary and works unchanged in every generate mode and in the paired path, where both halves
