@@ -48,7 +48,8 @@ def validate_alpha_with_cap(alpha, pmi_cap) -> None:
     """Refuse a fixed alpha of 1 with a PMI cap. The cap makes every token the document supports
     by at least the cap score the same, so that the conditional term, (1 - alpha) * lp_c, ranks
     them; at alpha 1 that term is gone, they tie exactly, and the search would pick among them
-    by token id. (An adaptive alpha is a tensor per row; its rules stay below 1 in practice.)"""
+    by token id. (An adaptive weight reaches exactly 1 only where the two distributions share no
+    mass at all, which softmaxes over one vocabulary never give; a ceiling below 1 rules it out.)"""
     if pmi_cap is not None and _is_number(alpha) and float(alpha) == 1.0:
         raise ValueError(f"alpha 1 cannot be used with pmi_cap={pmi_cap:g}: every token the document makes at least "
                          f"e^{pmi_cap:g} times likelier would score the same and ties would be broken by token id; "
