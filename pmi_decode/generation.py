@@ -227,6 +227,58 @@ def paired_prompt_cache(model, joint: dict, expand: int):
     return joined
 
 
+# encoder-decoder model types whose decoder takes a 4-D additive cross-attention mask as it is
+# (transformers' mask functions return a 4-D mask unchanged); checked exact in tests/test_paired_speed.py
+ADDITIVE_MASK_MODEL_TYPES = ("bart", "t5")
+
+
+class CrossAttentionBias:
+    """Hands an encoder-decoder model's decoder its cross-attention padding mask as the additive
+    bias that SDPA would make of it, built once per call instead of at every step.
+
+    In the stacked paired batch the document-free rows are padded to the document rows' width, so
+    every decoder step needs a cross-attention mask where plain decoding of one unpadded prompt
+    needs none: transformers rebuilds it from the 2-D mask at each step (a dozen small operators)
+    and SDPA turns the boolean mask into a bias in each layer. On a GPU at a small batch a step's
+    time is the host launching such operators (BART-base, batch 1: about 94 more kernels a step
+    than plain decoding, ``benchmarks/results/gpu/pass7/bart_profile``). ``generate`` takes only a
+    2-D mask, so a forward pre-hook on the decoder swaps it for the bias: a 4-D mask passes through
+    transformers' mask functions unchanged, and 0 where attended, -inf at padding is the bias SDPA
+    builds from the boolean mask, so the scores do not change. The bias is rebuilt whenever the
+    decoder is given another mask (or the same one changed in place). Only with SDPA attention,
+    outside autocast (the bias must have the queries' dtype), for :data:`ADDITIVE_MASK_MODEL_TYPES`."""
+
+    def __init__(self, model):
+        self.decoder = model.get_decoder()
+        self.dtype = model.get_input_embeddings().weight.dtype
+        self.applies = (model.config.is_encoder_decoder and getattr(model.config, "model_type", None)
+                        in ADDITIVE_MASK_MODEL_TYPES and getattr(model.config, "_attn_implementation", None) == "sdpa")
+        self._source = self._version = self._bias = None
+
+    def _swap(self, module, args, kwargs):
+        mask = kwargs.get("encoder_attention_mask")
+        if not torch.is_tensor(mask) or mask.dim() != 2 or torch.is_autocast_enabled(mask.device.type):
+            return None
+        if mask is not self._source or mask._version != self._version:
+            self._source, self._version = mask, mask._version
+            self._bias = None if bool(mask.all()) else torch.zeros(
+                mask.shape, dtype=self.dtype, device=mask.device).masked_fill_(mask == 0, float("-inf"))[:, None, None, :]
+        if self._bias is None:
+            return None
+        return args, dict(kwargs, encoder_attention_mask=self._bias)
+
+    @contextlib.contextmanager
+    def installed(self):
+        """The hook, for the length of one call (and the mask it holds, dropped after)."""
+        handle = self.decoder.register_forward_pre_hook(self._swap, with_kwargs=True) if self.applies else None
+        try:
+            yield
+        finally:
+            if handle is not None:
+                handle.remove()
+            self._source = self._bias = None
+
+
 class GroupedCrossAttentionCache(EncoderDecoderCache):
     """An encoder-decoder KV cache for beam search whose cross-attention part is not reordered
     where reordering cannot change it.
@@ -571,7 +623,7 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             model_kwargs[cache_keyword(model)] = cache
     if joint_config.do_sample:
         model_kwargs["custom_generate"] = paired_sampling_loop  # one draw per dialogue, for both halves
-    with _merged_defaults(model, joint_config):
+    with _merged_defaults(model, joint_config), CrossAttentionBias(model).installed():
         output = _class_generate(model)(model, **joint, generation_config=joint_config, logits_processor=[proc],
                                         **model_kwargs)
     return proc.conditional(output)

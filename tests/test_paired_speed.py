@@ -9,7 +9,7 @@ import torch
 from test_processor import MODES, NEW_TOKENS, setup
 from transformers import DynamicCache
 
-from pmi_decode import pmi_generate
+from pmi_decode import PMIDecode, pmi_generate
 from pmi_decode.generation import GroupedCrossAttentionCache
 from pmi_decode.scores import _keep_sorted, _sorted_nucleus
 
@@ -94,3 +94,50 @@ def test_cross_attention_part_is_reordered_where_it_could_change(rows_equal, ord
     after = cache.cross_attention_cache.layers[0].keys
     assert torch.equal(after, before[beam_idx])  # the content a full reordering gives, either way
     assert (after is not kept) == moved
+
+
+def _cross_attention_masks(model):
+    """Record the cross-attention mask each decoder layer's first call is given (BART's layout)."""
+    seen = []
+    layer = model.get_decoder().layers[0].encoder_attn
+    handle = layer.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(kwargs.get("attention_mask")), with_kwargs=True)
+    return seen, handle
+
+
+@pytest.mark.exactness
+@pytest.mark.parametrize("kind", ["bart", "t5"])
+@pytest.mark.parametrize("mode", ["greedy", "beam", "sampling"])
+def test_cross_attention_bias_changes_no_token(kind, mode, monkeypatch):
+    """The paired path hands the decoder its padding mask as a ready bias (built once per call):
+    the tokens are those of the 2-D mask that transformers turns into a mask at every step."""
+    import pmi_decode.generation as generation
+
+    model, inputs = setup(kind, dtype=torch.float32)
+    assert not bool(inputs["unconditional"]["attention_mask"].all())  # padded rows: a mask is needed
+    kwargs = dict(MODES[mode], max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS // 2)
+    torch.manual_seed(0)
+    with_bias = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, **kwargs)
+    monkeypatch.setattr(generation, "ADDITIVE_MASK_MODEL_TYPES", ())
+    torch.manual_seed(0)
+    without = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, **kwargs)
+    assert torch.equal(with_bias, without)
+
+
+def test_the_bias_is_built_once_and_given_to_every_step():
+    model, inputs = setup("bart", dtype=torch.float32)
+    seen, handle = _cross_attention_masks(model)
+    try:
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, max_new_tokens=NEW_TOKENS,
+                     min_new_tokens=NEW_TOKENS)
+    finally:
+        handle.remove()
+    assert len(seen) == NEW_TOKENS
+    assert all(mask is seen[0] for mask in seen)  # one tensor for the whole call
+    assert seen[0].dim() == 4 and seen[0].dtype == torch.float32
+    joint = PMIDecode(0.5, 0.9).stack(inputs, model, pad_token_id=model.config.pad_token_id)
+    padding = joint["attention_mask"] == 0
+    assert padding.any() and seen[0].shape == (padding.shape[0], 1, 1, padding.shape[1])
+    assert torch.equal(torch.isneginf(seen[0][:, 0, 0]), padding)  # -inf exactly at the padding
+    assert not seen[0][:, 0, 0][~padding].any()  # 0 where attended
+    assert not model.get_decoder()._forward_pre_hooks  # the hook is gone after the call

@@ -1,13 +1,18 @@
-"""Beam search on the packed path with and without the generated-positions reorder
-(``pmi_decode.packed.generated_positions_reorder``), plain decoding in the same process.
+"""A speed-up timed against the same code with it switched off, plain decoding in the same process.
 
-Beam search reorders the whole key/value cache every step; the packed path now moves only the
-positions generated so far, since each prompt's rows share their prompt positions. ``whole`` is
-the packed path with that reorder switched off (transformers' own, as before the change), so the
-two differ in nothing else. Runs interleaved, median of ``--repeats`` after a warm-up each.
+Each switch names one change of the library's and how to turn it off for one call, so the two
+differ in nothing else; runs interleaved, median of ``--repeats`` after a warm-up each, and the
+tokens of both compared.
 
-    python benchmarks/generated_reorder.py --model embedded --batch 1 --output-dir DIR          (CPU)
-    python benchmarks/generated_reorder.py --model llama-1.7b --dtype bfloat16 --device cuda --batch 16 --output-dir DIR
+- ``generated-reorder``: beam search on the packed path moves only the positions generated so far
+  (``pmi_decode.packed.generated_positions_reorder``), since each prompt's rows share their prompt
+  positions; ``whole`` is transformers' own whole-cache reorder.
+- ``cross-attention-bias``: an encoder-decoder model's paired path hands the decoder its padding
+  mask as a bias built once per call (``pmi_decode.generation.CrossAttentionBias``); ``mask`` is the
+  2-D mask that transformers turns into a mask at every step.
+
+    python benchmarks/switch_ab.py --switch generated-reorder --model embedded --batch 1 --output-dir DIR   (CPU)
+    python benchmarks/switch_ab.py --switch cross-attention-bias --model bart-base --device cuda --beams 1 --output-dir DIR
 """
 
 from __future__ import annotations
@@ -21,33 +26,44 @@ from unittest import mock
 
 import torch
 
+import pmi_decode.generation
 import pmi_decode.packed
 from pmi_decode import pmi_generate
 from pmi_decode.experiments.benchmarking import random_dialogue_inputs, random_weight_model
 
+# switch: (name with it on, name with it off, pmi_generate's options, (module, attribute, value when off))
+SWITCHES = {
+    "generated-reorder": ("generated", "whole", dict(packed=True),
+                          (pmi_decode.packed, "generated_positions_reorder", lambda *a, **k: None)),
+    "cross-attention-bias": ("bias", "mask", dict(),
+                             (pmi_decode.generation, "ADDITIVE_MASK_MODEL_TYPES", ())),
+}
 
-def main(argv=None) -> None:
+
+def main(argv=None, switch: str | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--switch", choices=list(SWITCHES), default=switch, required=switch is None)
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--beams", type=int, default=4)
+    parser.add_argument("--beams", type=int, default=4, help="1: greedy search")
     parser.add_argument("--new-tokens", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--output-dir", required=True)
     args = parser.parse_args(argv)
+    on, off, options, (module, attribute, off_value) = SWITCHES[args.switch]
     model = random_weight_model(args.model, args.device, dtype=args.dtype)
     inputs = random_dialogue_inputs(model, "topicalchat", args.batch, args.device)
     kwargs = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, num_beams=args.beams)
 
-    def whole():
-        with mock.patch.object(pmi_decode.packed, "generated_positions_reorder", lambda *a, **k: None):
-            return pmi_generate(model, inputs, packed=True, **kwargs)
+    def switched_off():
+        with mock.patch.object(module, attribute, off_value):
+            return pmi_generate(model, inputs, **options, **kwargs)
 
     runs = {"plain": lambda: model.generate(**inputs["conditional"], **kwargs),
-            "generated": lambda: pmi_generate(model, inputs, packed=True, **kwargs),
-            "whole": whole}
+            on: lambda: pmi_generate(model, inputs, **options, **kwargs),
+            off: switched_off}
 
     def sync():
         if args.device.startswith("cuda"):
@@ -67,15 +83,15 @@ def main(argv=None) -> None:
                 fn()
                 sync()
                 times[name].append(time.perf_counter() - start)
-            print(f"repeat {repeat + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()), flush=True)
+            print(f"repeat {repeat + 1}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()), flush=True)
     median = {name: statistics.median(v) for name, v in times.items()}
     result = {
         "meta": {"args": vars(args), "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "prompt_tokens": int(inputs["conditional"]["input_ids"].shape[1]),
                  "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None},
         "wall_s": median, "all_wall_s": times,
-        "generated_ratio": median["generated"] / median["plain"], "whole_ratio": median["whole"] / median["plain"],
-        "same_tokens": bool(torch.equal(outputs["generated"], outputs["whole"])),
+        f"{on}_ratio": median[on] / median["plain"], f"{off}_ratio": median[off] / median["plain"],
+        "same_tokens": bool(torch.equal(outputs[on], outputs[off])),
     }
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
