@@ -28,6 +28,7 @@ MEASURES = (
     ("answers_intact", "answers, facts intact", None),
     ("wrong_numbers", "holds a wrong number", lambda v: float(v > 0)),
     ("wrong_names", "holds a wrong name", lambda v: float(v > 0)),
+    ("wrong_facts", "holds a wrong number or name", lambda v: float(v > 0)),
     ("asserts_unanswerable", "asserts an answer (unanswerable)", None),
     ("abstains_answerable", "abstains (answerable)", None),
     ("recited_share", "recited past the answer", None),
@@ -37,6 +38,17 @@ MEASURES = (
     ("ungrammatical", "grammar flags", None),
 )
 PLAIN = "plain"
+#: What "at least as correct as plain decoding" asks of a system on one data set (issue 24): the
+#: mean paired difference in answer match and recall at -0.02 or better, and no more responses
+#: with a wrong number, a wrong name, either, or an answer to an unanswerable question.
+BARS = (
+    ("answer_match", "match >= plain - 0.02", lambda mean, plain, diff: diff >= -0.02),
+    ("answer_recall", "recall >= plain - 0.02", lambda mean, plain, diff: diff >= -0.02),
+    ("wrong_numbers", "wrong numbers <= plain", lambda mean, plain, diff: mean <= plain + 1e-9),
+    ("wrong_names", "wrong names <= plain", lambda mean, plain, diff: mean <= plain + 1e-9),
+    ("wrong_facts", "wrong number or name <= plain", lambda mean, plain, diff: mean <= plain + 1e-9),
+    ("asserts_unanswerable", "asserts (unanswerable) <= plain", lambda mean, plain, diff: mean <= plain + 1e-9),
+)
 
 
 def paired_bootstrap(base: list[float], other: list[float], *, resamples: int = 2000, level: float = 0.90,
@@ -105,6 +117,21 @@ def table(scores: dict[str, dict[str, dict]]) -> dict:
     return out
 
 
+def bars(result: dict) -> dict[str, dict[str, bool]]:
+    """Per system other than plain decoding: which of :data:`BARS` it meets on this data set (only
+    the bars whose measure the table holds)."""
+    out: dict[str, dict[str, bool]] = {}
+    for key, label, holds in BARS:
+        row = result.get(key)
+        if row is None or PLAIN not in row["systems"]:
+            continue
+        plain = row["systems"][PLAIN]["mean"]
+        for system, s in row["systems"].items():
+            if system != PLAIN:
+                out.setdefault(system, {})[label] = bool(holds(s["mean"], plain, s["vs_plain"]["diff"]))
+    return out
+
+
 def markdown(name: str, result: dict, settings: dict, command: str) -> str:
     systems = list(next(iter(result.values()))["systems"])
     lines = [f"### {name}", "", "Mean per system; below it, the mean paired difference against plain decoding "
@@ -123,6 +150,13 @@ def markdown(name: str, result: dict, settings: dict, command: str) -> str:
                 d = s["vs_plain"]
                 cells.append(f"{s['mean']:.3f}<br>{d['diff']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]")
         lines.append(f"| {row['label']} | {n} | " + " | ".join(cells) + " |")
+    met = bars(result)
+    if met:
+        labels = list(next(iter(met.values())))
+        lines += ["", "Issue 24's bars on this data set (paired against plain decoding):", "",
+                  "| system | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+        lines += [f"| {system} | " + " | ".join("yes" if ok[label] else "**no**" for label in labels) + " |"
+                  for system, ok in met.items()]
     lines += ["", "Settings of each system's PMI-Decode responses:", ""]
     lines += [f"- `{system}`: `{json.dumps(s, sort_keys=True)}`" for system, s in settings.items()]
     lines += ["", f"Command: `{command}`", ""]
@@ -150,7 +184,8 @@ def main(argv=None) -> int:
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{args.name}.json").write_text(json.dumps(
-        {"command": command, "n": len(dialogues), "settings": settings, "table": result}, indent=1), encoding="utf-8")
+        {"command": command, "n": len(dialogues), "settings": settings, "table": result, "bars": bars(result)},
+        indent=1), encoding="utf-8")
     text = markdown(args.name, result, settings, command)
     (out_dir / f"{args.name}.md").write_text(text, encoding="utf-8")
     print(text, flush=True)

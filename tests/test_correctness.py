@@ -225,6 +225,14 @@ def test_correctness_table_paired_bootstrap():
     assert match["plain"]["mean"] == 1.0 and match["defaults"]["vs_plain"]["diff"] == -1.0
     assert match["other"]["vs_plain"]["diff"] == 0.0
     assert table["wrong_numbers"]["systems"]["defaults"]["mean"] == 1.0   # "4 pm" is Saturday's closing time
+    assert table["wrong_facts"]["systems"]["defaults"]["mean"] == 1.0     # a number or a name: one response
+    assert table["wrong_facts"]["systems"]["plain"]["mean"] == 0.0
+    met = module.bars(table)
+    assert not met["defaults"]["match >= plain - 0.02"] and not met["defaults"]["wrong number or name <= plain"]
+    assert met["other"]["match >= plain - 0.02"] and met["other"]["wrong numbers <= plain"]
+    text = module.markdown("t", table, {}, "cmd")
+    assert "Issue 24's bars" in text and any(line.startswith("| defaults |") and "**no**" in line
+                                              for line in text.splitlines())
     with pytest.raises(SystemExit, match="--compare"):
         module.systems_from_files({"other": files["other"]})
 
