@@ -249,15 +249,19 @@ class CrossAttentionBias:
     outside autocast (the bias must have the queries' dtype), for :data:`ADDITIVE_MASK_MODEL_TYPES`."""
 
     def __init__(self, model):
-        self.decoder = model.get_decoder()
-        self.dtype = model.get_input_embeddings().weight.dtype
         self.applies = (model.config.is_encoder_decoder and getattr(model.config, "model_type", None)
                         in ADDITIVE_MASK_MODEL_TYPES and getattr(model.config, "_attn_implementation", None) == "sdpa")
+        self.decoder = model.get_decoder() if self.applies else None
+        self.dtype = model.get_input_embeddings().weight.dtype
         self._source = self._version = self._bias = None
 
     def _swap(self, module, args, kwargs):
-        mask = kwargs.get("encoder_attention_mask")
-        if not torch.is_tensor(mask) or mask.dim() != 2 or torch.is_autocast_enabled(mask.device.type):
+        """The decoder's keywords with the bias in place of the 2-D mask; None (left as they are)
+        wherever the bias could not be the one SDPA would build: under autocast, or with encoder
+        states of another dtype than the embeddings' (a mixed-precision model)."""
+        mask, hidden = kwargs.get("encoder_attention_mask"), kwargs.get("encoder_hidden_states")
+        if (not torch.is_tensor(mask) or mask.dim() != 2 or torch.is_autocast_enabled(mask.device.type)
+                or (torch.is_tensor(hidden) and hidden.dtype != self.dtype)):
             return None
         if mask is not self._source or mask._version != self._version:
             self._source, self._version = mask, mask._version

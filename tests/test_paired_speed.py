@@ -141,3 +141,18 @@ def test_the_bias_is_built_once_and_given_to_every_step():
     assert torch.equal(torch.isneginf(seen[0][:, 0, 0]), padding)  # -inf exactly at the padding
     assert not seen[0][:, 0, 0][~padding].any()  # 0 where attended
     assert not model.get_decoder()._forward_pre_hooks  # the hook is gone after the call
+
+
+def test_the_bias_is_left_out_where_it_could_differ():
+    """Under autocast, or with encoder states of another dtype, the decoder keeps the 2-D mask."""
+    from pmi_decode.generation import CrossAttentionBias
+
+    model, _ = setup("bart", dtype=torch.float32)
+    bias = CrossAttentionBias(model)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    states = torch.zeros(2, 3, model.config.d_model)
+    assert bias._swap(None, (), {"encoder_attention_mask": mask, "encoder_hidden_states": states}) is not None
+    assert bias._swap(None, (), {"encoder_attention_mask": mask, "encoder_hidden_states": states.double()}) is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert bias._swap(None, (), {"encoder_attention_mask": mask, "encoder_hidden_states": states}) is None
+    assert CrossAttentionBias(setup("llama", dtype=torch.float32)[0]).decoder is None  # decoder-only: no hook
