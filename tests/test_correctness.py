@@ -137,7 +137,55 @@ def test_wrong_fact_precision_and_recall_on_hand_labels():
     rows = _rows("fact_integrity_labels.jsonl")
     pairs = [(bool(wrong_facts(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows]
     precision, recall = _precision_recall(pairs)
-    assert precision >= 0.85 and recall >= 0.65, (precision, recall)  # measured: 0.91, 0.70
+    assert precision >= 0.9 and recall >= 0.75, (precision, recall)  # measured: 1.00, 0.77
+
+
+def test_wrong_fact_precision_and_recall_on_the_set_written_last():
+    """fact_integrity_fifth.jsonl was written apart from the rules and run once, after they were
+    last changed (docs/results/correctness/detectors.json): 0.63 and 0.60 then."""
+    rows = _rows("fact_integrity_fifth.jsonl")
+    pairs = [(bool(wrong_facts(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows]
+    precision, recall = _precision_recall(pairs)
+    assert precision >= 0.6 and recall >= 0.55, (precision, recall)
+
+
+OFFICE = ("The Marrowfield line's single ticket costs 7.80 euros and a day return costs 12.50 euros. Doors open at "
+          "7:00 pm and the concert starts at 7:45 pm. Bookings must be made at least 48 hours in advance, and "
+          "cancellations within 7 days are not refunded. The resort has 34 runs across 410 hectares, served by 9 "
+          "lifts. Night route N4 runs until 2:15 am on Fridays and Saturdays. The trains run from 1 April to "
+          "31 October. Inside, it is 9°C all year.")
+
+
+@pytest.mark.parametrize("response, reason", [
+    ("A day return costs 7.80 euros.", "said of something else"),       # 7.80 is the single ticket
+    ("The concert starts at 7:00 pm.", "said of something else"),       # a clock time outside every entity
+    ("Cancellations within 48 hours are not refunded.", "said of something else"),  # 48 hours and 7 days swapped
+    ("The night route runs until 2:15 am on Sundays.", "not in the sources"),
+])
+def test_a_value_said_of_something_else_is_caught(response, reason):
+    wrong = wrong_facts(OFFICE, ["Can you tell me more?"], response)
+    assert [u["reason"] for u in wrong][:1] == [reason], wrong
+
+
+@pytest.mark.parametrize("response", [
+    "A day return costs 12.50 euros, and a single is 7.80 euros.",
+    "The concert starts at a quarter to eight, and doors open at 7:00 pm.",
+    "There are nine lifts serving 34 runs.",                       # each number tied to its own noun
+    "On Saturdays it runs until 2:15 am.",                          # "Fridays and Saturdays" is a list
+    "The trains run from the start of April through to the end of October.",
+    "It's a steady nine degrees Celsius inside.",
+    "You have to book 48 hours ahead.",
+])
+def test_paraphrases_of_the_document_are_not_wrong(response):
+    assert wrong_facts(OFFICE, ["Can you tell me more?"], response) == []
+
+
+def test_number_words_with_hundreds_become_digits():
+    from pmi_decode.metrics.fact_support import _compound_numbers
+
+    assert _compound_numbers("two hundred and ten pounds") == "210 pounds"
+    assert _compound_numbers("three hundred and forty-five") == "345"
+    assert _compound_numbers("two hundred and 30 people") == "230 people"
 
 
 def test_factual_dialogues_fixture_is_well_formed():

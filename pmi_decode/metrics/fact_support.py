@@ -37,6 +37,7 @@ Everything here runs offline (spaCy ``en_core_web_sm``; without its NER only num
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 from typing import Sequence
@@ -69,6 +70,7 @@ _ORDINAL_WORDS = {"first": "1", "second": "2", "third": "3", "fourth": "4", "fif
 _VAGUE_LABELS = frozenset({"DATE", "TIME"})
 _DIGITS = re.compile(r"^\d[\d,]*(\.\d+)?$")
 _ORDINAL = re.compile(r"^(\d+)(st|nd|rd|th)$")
+_CLOCK_TIME = re.compile(r"^\d{1,2}:\d{2}$")
 
 
 def number_value(text: str) -> str | None:
@@ -132,12 +134,14 @@ def _is_bare_one(span) -> bool:
     return span.text.lower() == "one"
 
 
-def fact_units(response: str, nlp, *, drop_vague: bool = False) -> list[dict]:
+def fact_units(response: str, nlp, *, drop_vague: bool = False, clock_times: bool = False) -> list[dict]:
     """The response's fact units: ``{"text", "start", "end", "label", "numeric", "keys"}``
     (character span; the NER label, or ``PROPN``/``NUM`` for a word outside every entity;
     ``keys``: one tuple of acceptable forms per key word). Entities come from NER; proper nouns
     and numbers outside every entity are units of their own. ``drop_vague``: skip date and time
-    entities with no number or name in them ("weekdays", "every year")."""
+    entities with no number or name in them ("weekdays", "every year"). ``clock_times``: a clock
+    time outside every entity ("7:00") is a unit too (:func:`wrong_facts` asks for it;
+    :func:`fact_features` keeps the units the shipped FaithScore coefficients were fitted on)."""
     doc = nlp(response)
     units, covered = [], set()
     for ent in doc.ents:
@@ -154,7 +158,11 @@ def fact_units(response: str, nlp, *, drop_vague: bool = False) -> list[dict]:
         if token.i in covered:
             continue
         is_number = number_value(token.text) is not None and (token.like_num or token.pos_ == "NUM")
-        if (token.pos_ == "PROPN" or is_number) and not _is_bare_one(token):
+        if clock_times and _CLOCK_TIME.match(token.text):  # "7:00" outside every entity: a time all the same
+            units.append({"text": token.text, "start": token.idx, "end": token.idx + len(token.text),
+                          "label": "TIME", "numeric": True,
+                          "keys": [("#" + number_value(n),) for n in _NUMBER_IN_TOKEN.findall(token.text)]})
+        elif (token.pos_ == "PROPN" or is_number) and not _is_bare_one(token):
             keys = _key_forms(token, False)
             if keys is not None:
                 units.append({"text": token.text, "start": token.idx, "end": token.idx + len(token.text),
@@ -210,17 +218,20 @@ def fact_features(document: str, history: Sequence[str], response: str, *, nlp=N
 
 #: Currency and percent signs, matched by the words that say them ("$90" = "90 dollars").
 _SIGN_WORDS = {"$": ("dollar", "dollars", "usd"), "€": ("euro", "euros", "eur"), "£": ("pound", "pounds", "gbp"),
-               "%": ("percent", "per", "cent")}
+               "%": ("percent", "per", "cent"), "c": ("celsius", "centigrade"), "f": ("fahrenheit",)}
 #: What may stand between two units of one fact: a range or a pair ("9 am to 8 pm", "between 9 and 5").
 _JOINERS = frozenset({"to", "until", "till", "through", "thru", "-", "–", "—", "and", "from", "between"})
 _JOIN_GAP = 3      # at most this many joiner tokens between two units of one fact
 _SLACK = 2         # a unit's key words may spread over its own length plus this many source tokens
 _NOUN_REACH = 2    # a counted noun ("3 books") follows its number within this many source tokens
 _CLAUSE_REACH = 6  # what a fact is said of stands within this many tokens of it, in its clause
+_ABOUT_REACH = 10  # the words a number is said of: its whole clause, up to this many tokens each side
 _CLAUSE_BREAKS = frozenset({",", ";", ":", "and", "but", "or", "while", "whereas", "(", ")", ".", "!", "?"})
 #: What ends a clause in a document sentence (commas do not: "9 am to 5 pm, Tuesday to Sunday").
 _DOC_BREAKS = frozenset({"and", "or", "but", ";", "whereas", "while"})
 _BREAK = frozenset({"|"})
+#: Words of a date that place it within a period rather than name it.
+_CALENDAR_WORDS = frozenset({"start", "end", "beginning", "begin", "middle", "mid", "early", "late", "close"})
 _TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 _COMPOUND_NUMBER = re.compile(r"\b(" + "|".join(_TENS) + r")[- ](one|two|three|four|five|six|seven|eight|nine)\b",
                               re.IGNORECASE)
@@ -230,7 +241,7 @@ _NUMBER_IN_TOKEN = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
 _SMALL = {w: int(v) for w, v in _NUMBER_WORDS.items() if int(v) < 20}
 _UNIT = r"(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|" \
         r"sixteen|seventeen|eighteen|nineteen|\d+)"
-_HUNDREDS = re.compile(_UNIT + r" hundred(?: and)?(?: (\d+))?\b", re.IGNORECASE)
+_HUNDREDS = re.compile(_UNIT + r" hundred(?: and)?(?: " + _UNIT + r")?\b", re.IGNORECASE)
 _AND_A_HALF = re.compile(_UNIT + r" and a half\b", re.IGNORECASE)
 _PAST = re.compile(r"\b(?:a )?(quarter|half) past " + _UNIT + r"\b", re.IGNORECASE)
 _TO = re.compile(r"\b(?:a )?quarter to " + _UNIT + r"\b", re.IGNORECASE)
@@ -250,7 +261,7 @@ def _compound_numbers(text: str) -> str:
     text = _COMPOUND_NUMBER.sub(tens, text)
     text = re.sub(r"\b(" + "|".join(_TENS) + r")\b", lambda m: str((_TENS.index(m.group(1).lower()) + 2) * 10),
                   text, flags=re.IGNORECASE)
-    text = _HUNDREDS.sub(lambda m: str(100 * _small(m.group(1)) + int(m.group(2) or 0)), text)
+    text = _HUNDREDS.sub(lambda m: str(100 * _small(m.group(1)) + (_small(m.group(2)) if m.group(2) else 0)), text)
     text = _AND_A_HALF.sub(lambda m: f"{_small(m.group(1))}.5", text)
     text = _PAST.sub(lambda m: f"{_small(m.group(2))}:{15 if m.group(1).lower() == 'quarter' else 30}", text)
     return _TO.sub(lambda m: f"{(_small(m.group(1)) - 2) % 12 + 1}:45", text)
@@ -262,6 +273,8 @@ def _token_forms(token) -> frozenset:
     forms = _forms(token)
     for part in re.findall(r"\w+", token.text.lower()):
         forms |= {part, _stem(part)}
+        if number_value(part) is not None:  # "six-week" offers 6
+            forms.add("#" + number_value(part))
     forms |= {"#" + number_value(n) for n in _NUMBER_IN_TOKEN.findall(token.text)}
     return frozenset(forms)
 
@@ -274,17 +287,22 @@ def _counts(token) -> bool:
 def _source_sentences(text: str, nlp) -> tuple[tuple[frozenset, ...], ...]:
     """Each sentence of a source as the forms of its tokens, in order (cached per text); a token
     that ends a clause ("and", ";") is the lone form ``"|"``, other punctuation is left out."""
-    return tuple(tuple(_BREAK if t.text.lower() in _DOC_BREAKS else _token_forms(t)
+    return tuple(tuple(_BREAK if t.text.lower() in _DOC_BREAKS and not _in_a_list(t) else _token_forms(t)
                        for t in nlp(sentence) if _counts(t) or t.text.lower() in _DOC_BREAKS)
                  for sentence in sentences(_compound_numbers(text)))
 
 
-def _doc_clause(sentence: tuple, lo: int, hi: int) -> range:
+def _in_a_list(token) -> bool:
+    """Whether a conjunction joins two names ("on Fridays *and* Saturdays"): a list, not a clause break."""
+    return 0 < token.i < len(token.doc) - 1 and token.nbor(-1).pos_ == "PROPN" and token.nbor(1).pos_ == "PROPN"
+
+
+def _doc_clause(sentence: tuple, lo: int, hi: int, through: frozenset = frozenset()) -> range:
     """The positions of a document sentence in the clause around ``lo..hi``: up to
     ``2 * _CLAUSE_REACH`` tokens each side, stopping at a clause break or at another number that is
-    not the other end of a range."""
+    not the other end of a range (nor one of the values in ``through``: the response's own)."""
     def number(j):
-        return any(f.startswith("#") for f in sentence[j])
+        return any(f.startswith("#") and f not in through for f in sentence[j])
 
     def joiner(j):
         return 0 <= j < len(sentence) and bool(sentence[j] & _JOINERS)
@@ -308,10 +326,12 @@ def _unit_keys(unit: dict, tokens) -> list[tuple]:
         values = [("#" + number_value(n),) for t in tokens for n in _NUMBER_IN_TOKEN.findall(t.text)]
         values += [("#" + number_value(t.text),) for t in tokens if not any(ch.isdigit() for ch in t.text)
                    and number_value(t.text) is not None]
-        if values:
-            return values
+        if values:  # and the days and months that name it ("10 am to *Wednesday*", "19 *April*")
+            return values + [tuple(_forms(t)) for t in tokens if _forms(t) & _CALENDAR_NAMES]
     out = []
     for key in unit["keys"]:
+        if unit["label"] in _VAGUE_LABELS and set(key) & _CALENDAR_WORDS:
+            continue  # "the *start* of April", "*late* October": where in the month, not a fact of its own
         extra = {sign for sign, words in _SIGN_WORDS.items() if any(k in words for k in key)}
         out.append(tuple(set(key) | extra))
     return out
@@ -364,7 +384,7 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
     history_forms = frozenset().union(*(_source_forms(_compound_numbers(t), nlp) for t in history))
     response = _compound_numbers(response)
     parsed = nlp_ner(response)
-    units = fact_units(response, nlp_ner, drop_vague=True)
+    units = fact_units(response, nlp_ner, drop_vague=True, clock_times=True)
     spans, keys, widths, found = [], [], [], []
     for unit in units:
         toks = [t for t in parsed if t.idx >= unit["start"] and t.idx + len(t.text) <= unit["end"]]
@@ -436,9 +456,11 @@ def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> s
     noun = _counted_noun(parsed, spans[k]) if numeric else None
     if noun is not None and any(_has(sentence, noun) for sentence in doc_sentences):
         places = [(s, (lo, hi)) for s, (lo, hi) in places
-                  if _has(doc_sentences[s], noun, range(hi + 1, min(hi + 1 + _NOUN_REACH, len(doc_sentences[s]))))]
+                  if _has(doc_sentences[s], noun, range(hi, min(hi + 1 + _NOUN_REACH, len(doc_sentences[s]))))]
         if not places:
             return "counted noun"
+    if units[k]["label"] == "ORDINAL":
+        return None  # "the first train": an ordinal word pairs with nothing
     mates = _clause_units(parsed, spans, k)
     allowed = {key for j, _ in mates for key in _number_forms(units[j], parsed, spans[j])} | _number_forms(
         units[k], parsed, spans[k])
@@ -448,15 +470,112 @@ def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> s
             # a name in the same clause is usually the topic ("the library is open until 8 pm"),
             # stated in another sentence of the document: only numbers and dates pair up
             continue  # the partner is wrong on its own account, or an ordinal word ("the first train")
-        if not any(s == t and _adjacent(doc_sentences[s], (lo, hi), (olo, ohi), allowed)
+        if not joined and noun is not None and _anchored(other, units, spans, found, parsed, doc_sentences):
+            continue  # "9 lifts serving 34 runs": each number is tied to its own noun in the document
+        # two dates without a number ("the start of April through to the end of October") take
+        # the document's days between them ("1 April to 31 October")
+        free = not units[k]["numeric"] and not units[other]["numeric"]
+        if not any(s == t and _adjacent(doc_sentences[s], (lo, hi), (olo, ohi), None if free else allowed)
                    for s, (lo, hi) in places for t, (olo, ohi) in found[other]):
             return f"{'joined with' if joined else 'not with'} {units[other]['text']!r}"
-    if numeric:
-        about = _described_words(parsed, spans, k, doc_sentences)
-        if about and not any(2 * sum(_has(doc_sentences[s], word, _doc_clause(doc_sentences[s], lo, hi)) for word in about)
-                             >= len(about) for s, (lo, hi) in places):
-            return "said of something else"
+    if numeric and _said_of_something_else(k, units, spans, places, parsed, doc_sentences):
+        return "said of something else"
     return None
+
+
+def _anchored(j, units, spans, found, parsed, doc_sentences) -> bool:
+    """Whether number unit ``j`` has a counted noun that follows it in the document."""
+    noun = _counted_noun(parsed, spans[j]) if units[j]["numeric"] and spans[j] is not None else None
+    return noun is not None and any(_has(doc_sentences[s], noun, range(hi, min(hi + 1 + _NOUN_REACH, len(doc_sentences[s]))))
+                                    for s, (lo, hi) in found[j])
+
+
+def _said_of_something_else(k, units, spans, places, parsed, doc_sentences) -> bool:
+    """Whether what number unit ``k`` is said of (:func:`_described_words`) points to another
+    number of the same kind (:func:`_kind`) in the document rather than to its own: some document
+    clause holding another value covers more of those words (each weighted by how few sentences
+    hold it) than every clause holding this one ("the *annual* pass costs $3", where $3 is the
+    single ride and the annual pass $90)."""
+    described = _described_words(parsed, units, spans, k, doc_sentences)
+    if not described:
+        return False
+    about = [forms for forms, _ in described]
+    weights = [(_NAME_WEIGHT if name else 1.0)
+               * math.log(1.0 + len(doc_sentences) / max(1, sum(_has(sentence, forms) for sentence in doc_sentences)))
+               for forms, name in described]
+
+    def cover(sentence, lo, hi):
+        clause = _doc_clause(sentence, lo, hi, through)
+        return sum(w for word, w in zip(about, weights) if _has(sentence, word, clause))
+
+    values = _number_forms(units[k], parsed, spans[k])
+    through = frozenset(f for j in range(len(units)) for f in _number_forms(units[j], parsed, spans[j])) - values
+    own = max(cover(doc_sentences[s], lo, hi) for s, (lo, hi) in places)
+    kind = _kind(parsed, spans[k])
+    rival = max((cover(sentence, j, j) for sentence in doc_sentences for j, forms in enumerate(sentence)
+                 if forms is not _BREAK and _values(forms) and not _values(forms) <= values
+                 and kind & _doc_kind(sentence, j)), default=0.0)
+    return rival > own + 1e-9
+
+
+def _values(forms) -> set[str]:
+    return {f for f in forms if f.startswith("#")}
+
+
+#: Marks of a number's kind besides its counted noun and sign: a year, a clock time, a day of a
+#: month, a duration (any unit of time: "7 days" and "48 hours" are rivals).
+_YEAR, _CLOCK, _DATE, _DURATION = "#year", "#clock", "#date", "#duration"
+_MONTHS = frozenset("january february march april may june july august september october november december "
+                    "jan feb mar apr jun jul aug sep sept oct nov dec".split())
+_CALENDAR_NAMES = _MONTHS | frozenset(
+    f"{day}{end}" for day in "monday tuesday wednesday thursday friday saturday sunday".split() for end in ("", "s"))
+_TIME_UNITS = frozenset("second seconds minute minutes hour hours day days week weeks month months year years "
+                        "fortnight fortnights".split())
+#: A name in the clause says which thing a number belongs to more than a common noun does.
+_NAME_WEIGHT = 2.0
+
+
+def _families(forms) -> set[str]:
+    return ({_DATE} if forms & _MONTHS else set()) | ({_DURATION} if forms & _TIME_UNITS else set())
+
+
+def _year_like(values) -> bool:
+    return any(v[1:].isdigit() and len(v) == 5 and 1000 <= int(v[1:]) <= 2100 for v in values)
+
+
+def _kind(parsed, span) -> set[str]:
+    """What kind of number unit ``span`` holds, as forms: its counted noun, its currency or
+    percent sign (and the words that say it), a clock time or a year."""
+    tokens = list(parsed[max(0, span[0] - 1):span[1] + 2])
+    kind = set(_counted_noun(parsed, span) or ())
+    for token in tokens:
+        forms = _token_forms(token)
+        kind |= _families(forms) if span[0] <= token.i <= span[1] else set()
+        kind |= {sign for sign, words in _SIGN_WORDS.items() if sign in forms or forms & set(words)}
+        if token.text.lower() in ("am", "pm", "a.m.", "p.m.") or ":" in token.text:
+            kind.add(_CLOCK)
+    values = {f for t in parsed[span[0]:span[1] + 1] for f in _token_forms(t) if f.startswith("#")}
+    if not kind and _year_like(values):
+        kind.add(_YEAR)
+    return kind
+
+
+def _doc_kind(sentence: tuple, j: int) -> set[str]:
+    """The kind forms around the number at position ``j`` of a document sentence (:func:`_kind`)."""
+    kind = set()
+    for i in range(max(0, j - 1), min(len(sentence), j + 1 + _NOUN_REACH)):
+        forms = sentence[i]
+        if i < j and not forms & set(_SIGN_WORDS):
+            continue  # before the number only its sign counts ("£9")
+        if forms is _BREAK or (i > j and (_values(forms) or forms & set(_SIGN_WORDS))):
+            break  # the next number, or its sign
+        kind |= {f for f in forms if not f.startswith("#")} | _families(forms)
+        kind |= {sign for sign, words in _SIGN_WORDS.items() if sign in forms or forms & set(words)}
+        if forms & {"am", "pm"} or any(":" in f for f in forms):
+            kind.add(_CLOCK)
+    if _year_like(_values(sentence[j])):
+        kind.add(_YEAR)
+    return kind
 
 
 def _number_forms(unit, parsed, span) -> set[str]:
@@ -466,7 +585,7 @@ def _number_forms(unit, parsed, span) -> set[str]:
     return {f for t in parsed[span[0]:span[1] + 1] for f in _token_forms(t) if f.startswith("#")}
 
 
-def _adjacent(sentence: tuple, first: tuple[int, int], second: tuple[int, int], allowed: set) -> bool:
+def _adjacent(sentence: tuple, first: tuple[int, int], second: tuple[int, int], allowed: set | None) -> bool:
     """Whether two occurrences stand in one clause of a document sentence: within
     ``_CLAUSE_REACH`` tokens, with no clause break between them and no number but the response
     clause's own (``allowed``) - "250 grams of ricotta, 180 grams of sugar, 3 eggs, 200 grams of
@@ -476,45 +595,63 @@ def _adjacent(sentence: tuple, first: tuple[int, int], second: tuple[int, int], 
         return False
     for j in range(lo, hi):
         forms = sentence[j]
-        if forms is _BREAK or any(f.startswith("#") and f not in allowed for f in forms):
+        if forms is _BREAK or (allowed is not None and any(f.startswith("#") and f not in allowed for f in forms)):
             return False
     return True
 
 
-def _clause(parsed, spans, k) -> list:
-    """The tokens of unit ``k``'s clause around it: up to ``_CLAUSE_REACH`` each side, stopping
-    at a comma, a conjunction or the sentence's end."""
+def _clause(parsed, spans, k, reach: int = _CLAUSE_REACH) -> list:
+    """The tokens of unit ``k``'s clause around it: up to ``reach`` each side, stopping at a
+    comma, a conjunction or the sentence's end."""
     out = []
     for step, edge in ((-1, spans[k][0] - 1), (1, spans[k][1] + 1)):
         i = edge
-        while 0 <= i < len(parsed) and abs(i - edge) < _CLAUSE_REACH and parsed[i].text.lower() not in _CLAUSE_BREAKS:
+        while 0 <= i < len(parsed) and abs(i - edge) < reach and parsed[i].text.lower() not in _CLAUSE_BREAKS:
             out.append(parsed[i])
             i += step
     return out
 
 
-def _described_words(parsed, spans, k, doc_sentences) -> list[tuple]:
-    """The nouns and adjectives of number unit ``k``'s clause, outside every unit, that the
-    document has: what the number is said of ("the *annual pass* costs 2 dollars")."""
-    inside = {i for span in spans if span is not None for i in range(span[0], span[1] + 1)}
+def _described_words(parsed, units, spans, k, doc_sentences) -> list[tuple[tuple, bool]]:
+    """What number unit ``k`` is said of, as the document has it: the nouns and adjectives of its
+    clause outside every unit, and the proper nouns of the names in it ("the *annual pass* costs
+    2 dollars", "in *Turbo* mode the range is 85 km"), each as ``(forms, is_name)``."""
+    numbers = {i for j, span in enumerate(spans) if span is not None and (units[j]["numeric"] or j == k)
+               for i in range(span[0], span[1] + 1)}
+    names = {i for j, span in enumerate(spans) if span is not None and not units[j]["numeric"] and j != k
+             for i in range(span[0], span[1] + 1)}
     words = []
-    for token in _clause(parsed, spans, k):
-        if token.i in inside or token.is_stop or token.pos_ not in ("NOUN", "ADJ") or not token.text.isalpha():
+    for token in _clause(parsed, spans, k, _ABOUT_REACH):
+        name = token.i in names and token.pos_ == "PROPN"
+        if token.i in numbers or token.is_stop or not token.text.isalpha() or token.text.lower() in _NOT_COUNTED or not (
+                name or (token.i not in names and token.pos_ in ("NOUN", "ADJ"))):
             continue
         forms = tuple(_forms(token))
         if any(_has(sentence, forms) for sentence in doc_sentences):
-            words.append(forms)
+            words.append((forms, name))
     return words
 
 
+#: Words after a number that say its sign or clock, not what it counts ("75 *dollars*", "9 *am*").
+_NOT_COUNTED = frozenset({w for words in _SIGN_WORDS.values() for w in words}
+                         | {"am", "pm", "a.m.", "p.m.", "morning", "afternoon", "evening", "night", "noon", "midnight"})
+
+
 def _counted_noun(parsed, span) -> tuple | None:
-    """The noun right after a number unit ("3 *books*"), as key forms; ``None`` if there is none."""
-    if span[1] + 1 >= len(parsed):
-        return None
-    token = parsed[span[1] + 1]
-    if token.pos_ != "NOUN" or token.is_stop or not token.text.isalpha():
-        return None
-    return tuple(_forms(token))
+    """The noun a number counts or measures ("3 *books*", "15 nautical *miles*", "a 55-*minute*
+    crossing"), as key forms: the first noun after the unit's first number, inside the unit or
+    right after it; ``None`` if there is none. Currency and clock words are no counted nouns."""
+    numbered = False
+    for token in parsed[span[0]:min(span[1] + 2, len(parsed))]:
+        if not numbered:
+            numbered = any(ch.isdigit() for ch in token.text) or number_value(token.text) is not None
+            continue
+        if token.pos_ == "NOUN" and not token.is_stop and token.text.isalpha() \
+                and token.text.lower() not in _NOT_COUNTED:
+            return tuple(_forms(token))
+        if token.i > span[1] or any(ch.isdigit() for ch in token.text):
+            return None
+    return None
 
 
 def _clause_units(parsed, spans, k) -> list[tuple[int, bool]]:
