@@ -149,6 +149,14 @@ def test_wrong_fact_precision_and_recall_on_the_set_written_last():
     assert precision >= 0.6 and recall >= 0.55, (precision, recall)
 
 
+def test_wrong_fact_precision_and_recall_on_the_sixth_set():
+    """Written apart from the rules and run once (0.565 and 0.65, as the rules before the revision)."""
+    rows = _rows("fact_integrity_sixth.jsonl")
+    pairs = [(bool(wrong_facts(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows]
+    precision, recall = _precision_recall(pairs)
+    assert precision >= 0.5 and recall >= 0.6, (precision, recall)
+
+
 OFFICE = ("The Marrowfield line's single ticket costs 7.80 euros and a day return costs 12.50 euros. Doors open at "
           "7:00 pm and the concert starts at 7:45 pm. Bookings must be made at least 48 hours in advance, and "
           "cancellations within 7 days are not refunded. The resort has 34 runs across 410 hectares, served by 9 "
