@@ -149,6 +149,15 @@ def test_wrong_fact_precision_and_recall_on_the_set_written_last():
     assert precision >= 0.6 and recall >= 0.55, (precision, recall)
 
 
+def test_wrong_fact_precision_and_recall_on_the_seventh_set():
+    """Written apart from the rules, with more name swaps; run once after the person rule (0.94 and
+    0.85; 0.93 and 0.65 without it)."""
+    rows = _rows("fact_integrity_seventh.jsonl")
+    pairs = [(bool(wrong_facts(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows]
+    precision, recall = _precision_recall(pairs)
+    assert precision >= 0.85 and recall >= 0.8, (precision, recall)
+
+
 def test_wrong_fact_precision_and_recall_on_the_sixth_set():
     """Written apart from the rules and run once (0.565 and 0.65, as the rules before the revision)."""
     rows = _rows("fact_integrity_sixth.jsonl")
@@ -186,6 +195,23 @@ def test_a_value_said_of_something_else_is_caught(response, reason):
 ])
 def test_paraphrases_of_the_document_are_not_wrong(response):
     assert wrong_facts(OFFICE, ["Can you tell me more?"], response) == []
+
+
+CLUB = ("Fenhollow Rowing Club was founded in 1921. Its head coach is Benedikt Orsolya, and the captain is "
+        "Maren Tulliver. The boathouse was designed by the architect Ada Penrose.")
+
+
+@pytest.mark.parametrize("response, wrong", [
+    ("The head coach is Maren Tulliver.", True),            # she is the captain
+    ("Benedikt Orsolya is the club's captain.", True),      # he is the head coach
+    ("The head coach is Benedikt Orsolya.", False),
+    ("Maren Tulliver captains the club, and Ada Penrose designed the boathouse.", False),
+])
+def test_a_name_said_of_someone_else_is_caught(response, wrong):
+    found = wrong_facts(CLUB, ["Who is who at the club?"], response)
+    assert bool(found) == wrong, found
+    if wrong:
+        assert found[0]["reason"] == "said of someone else"
 
 
 def test_number_words_with_hundreds_become_digits():

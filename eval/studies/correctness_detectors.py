@@ -5,7 +5,7 @@
 The sets, in the order they were written (tests/fixtures/correctness/): a development set the
 rules were tuned on, a second set looked at once (the number-word and abstention rules were
 widened after it), a third ("final") set nobody looked at before its first run, and for the
-wrong-fact rules three more sets written apart from the rules, when the rules were revised to
+wrong-fact rules four more sets written apart from the rules, when the rules were revised to
 compare a number's clause with the clauses of the document's other numbers of its kind. Each
 label says when the set was first run and what it measured then.
 """
@@ -32,6 +32,9 @@ WRONG_FACT_SETS = [
     ("sixth set (written apart from the rules, run once on them as committed; the rules before the revision "
      "measure the same on it, 0.565 / 0.650; a second round of rule changes tuned on the first five sets measured "
      "0.545 / 0.600 here and was dropped)", "fact_integrity_sixth.jsonl"),
+    ("seventh set (written apart from the rules, with more name swaps, while the person rule was written; run once: "
+     "the rules before the revision measure 0.923 / 0.600 on it, the revision without the person rule "
+     "0.929 / 0.650)", "fact_integrity_seventh.jsonl"),
 ]
 ABSTENTION_SETS = [
     ("dev (written first; the rules were tuned on it)", "abstention_labels.jsonl"),

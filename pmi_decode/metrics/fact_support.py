@@ -370,9 +370,12 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
     * ``"not with <unit>"``: two units of one clause ("on *Sundays* it opens at *7 am*") that
       the document states only apart (in different sentences, or with a clause break or another
       number between them);
-    * ``"said of something else"``: the nouns and adjectives of a number's clause that the
-      document has ("the *annual pass* costs 2 dollars") are less than half present in every
-      document clause holding that number.
+    * ``"said of something else"``: what a number's clause says it is of (its nouns, adjectives
+      and names) points to another number of the same kind in the document more than to its own
+      ("the *annual pass* costs 2 dollars", where 2 dollars is the single ride:
+      :func:`_said_of_something_else`);
+    * ``"said of someone else"``: the same for a person's name and the document's other people
+      ("the *head coach* is Maren Tulliver", where she is the captain: :func:`_said_of_someone_else`).
 
     A unit the history states (the user said it) is taken as it is, and so is a unit copied word
     for word with its context (:func:`_copied_with_context`: "open on Saturdays from 10 am to
@@ -401,6 +404,9 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
         if _copied_with_context(response, unit, copied_from):
             continue
         reason = _context_problem(k, units, spans, found, widths, parsed, doc_sentences)
+        if reason is None and unit["label"] == "PERSON" and spans[k] is not None and _said_of_someone_else(
+                k, units, spans, found[k], parsed, doc_sentences, _people(document, nlp_ner)):
+            reason = "said of someone else"
         if reason is not None:
             wrong.append(dict(unit, reason=reason))
     return wrong
@@ -515,6 +521,47 @@ def _said_of_something_else(k, units, spans, places, parsed, doc_sentences) -> b
     rival = max((cover(sentence, j, j) for sentence in doc_sentences for j, forms in enumerate(sentence)
                  if forms is not _BREAK and _values(forms) and not _values(forms) <= values
                  and kind & _doc_kind(sentence, j)), default=0.0)
+    return rival > own + 1e-9
+
+
+@lru_cache(maxsize=256)
+def _people(text: str, nlp_ner) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Where each sentence of a source names a person, as (first, last) positions of
+    :func:`_source_sentences`'s tokens (the same sentences, the same tokens kept)."""
+    out = []
+    for sentence in sentences(_compound_numbers(text)):
+        parsed = nlp_ner(sentence)
+        kept = [t.i for t in parsed if _counts(t) or t.text.lower() in _DOC_BREAKS]
+        index = {i: j for j, i in enumerate(kept)}
+        spans = []
+        for ent in parsed.ents:
+            positions = [index[t.i] for t in ent if t.i in index]
+            if ent.label_ == "PERSON" and positions:
+                spans.append((min(positions), max(positions)))
+        out.append(tuple(spans))
+    return tuple(out)
+
+
+def _said_of_someone_else(k, units, spans, places, parsed, doc_sentences, people) -> bool:
+    """The names' counterpart of :func:`_said_of_something_else`: what person unit ``k``'s clause
+    says of them (the head coach, the architect) points to another person the document names
+    more than to them ("the head coach is Maren Tulliver", where she is the captain)."""
+    described = _described_words(parsed, units, spans, k, doc_sentences)
+    if not described or not places:
+        return False
+    weights = [(_NAME_WEIGHT if name else 1.0)
+               * math.log(1.0 + len(doc_sentences) / max(1, sum(_has(sentence, forms) for sentence in doc_sentences)))
+               for forms, name in described]
+
+    def cover(sentence, lo, hi):
+        clause = _doc_clause(sentence, lo, hi)
+        return sum(w for (forms, _), w in zip(described, weights) if _has(sentence, forms, clause))
+
+    own = max(cover(doc_sentences[s], lo, hi) for s, (lo, hi) in places)
+    keys = units[k]["keys"]
+    rival = max((cover(doc_sentences[s], lo, hi) for s, named in enumerate(people) for lo, hi in named
+                 if not any(any(f in doc_sentences[s][j] for f in key) for key in keys for j in range(lo, hi + 1))),
+                default=0.0)
     return rival > own + 1e-9
 
 
