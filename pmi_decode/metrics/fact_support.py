@@ -506,9 +506,7 @@ def _said_of_something_else(k, units, spans, places, parsed, doc_sentences) -> b
     if not described:
         return False
     about = [forms for forms, _ in described]
-    weights = [(_NAME_WEIGHT if name else 1.0)
-               * math.log(1.0 + len(doc_sentences) / max(1, sum(_has(sentence, forms) for sentence in doc_sentences)))
-               for forms, name in described]
+    weights = _rarity_weights(described, doc_sentences)
 
     def cover(sentence, lo, hi):
         clause = _doc_clause(sentence, lo, hi, through)
@@ -549,9 +547,7 @@ def _said_of_someone_else(k, units, spans, places, parsed, doc_sentences, people
     described = _described_words(parsed, units, spans, k, doc_sentences)
     if not described or not places:
         return False
-    weights = [(_NAME_WEIGHT if name else 1.0)
-               * math.log(1.0 + len(doc_sentences) / max(1, sum(_has(sentence, forms) for sentence in doc_sentences)))
-               for forms, name in described]
+    weights = _rarity_weights(described, doc_sentences)
 
     def cover(sentence, lo, hi):
         clause = _doc_clause(sentence, lo, hi)
@@ -563,6 +559,14 @@ def _said_of_someone_else(k, units, spans, places, parsed, doc_sentences, people
                  if not any(any(f in doc_sentences[s][j] for f in key) for key in keys for j in range(lo, hi + 1))),
                 default=0.0)
     return rival > own + 1e-9
+
+
+def _rarity_weights(described, doc_sentences) -> list[float]:
+    """How much each described word says: more the fewer document sentences hold it (a word of
+    every sentence is the topic), twice as much for a name."""
+    return [(_NAME_WEIGHT if name else 1.0)
+            * math.log(1.0 + len(doc_sentences) / max(1, sum(_has(sentence, forms) for sentence in doc_sentences)))
+            for forms, name in described]
 
 
 def _values(forms) -> set[str]:
