@@ -462,7 +462,7 @@ def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> s
     noun = _counted_noun(parsed, spans[k]) if numeric else None
     if noun is not None and any(_has(sentence, noun) for sentence in doc_sentences):
         places = [(s, (lo, hi)) for s, (lo, hi) in places
-                  if _has(doc_sentences[s], noun, range(hi, min(hi + 1 + _NOUN_REACH, len(doc_sentences[s]))))]
+                  if _noun_follows(doc_sentences[s], noun, hi)]
         if not places:
             return "counted noun"
     if units[k]["label"] == "ORDINAL":
@@ -492,8 +492,12 @@ def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> s
 def _anchored(j, units, spans, found, parsed, doc_sentences) -> bool:
     """Whether number unit ``j`` has a counted noun that follows it in the document."""
     noun = _counted_noun(parsed, spans[j]) if units[j]["numeric"] and spans[j] is not None else None
-    return noun is not None and any(_has(doc_sentences[s], noun, range(hi, min(hi + 1 + _NOUN_REACH, len(doc_sentences[s]))))
-                                    for s, (lo, hi) in found[j])
+    return noun is not None and any(_noun_follows(doc_sentences[s], noun, hi) for s, (lo, hi) in found[j])
+
+
+def _noun_follows(sentence: tuple, noun: tuple, hi: int) -> bool:
+    """Whether a counted noun stands in the number's token or within ``_NOUN_REACH`` after it."""
+    return _has(sentence, noun, range(hi, min(hi + 1 + _NOUN_REACH, len(sentence))))
 
 
 def _said_of_something_else(k, units, spans, places, parsed, doc_sentences) -> bool:
@@ -602,11 +606,10 @@ def _kind(parsed, span) -> set[str]:
     for token in tokens:
         forms = _token_forms(token)
         kind |= _families(forms) if span[0] <= token.i <= span[1] else set()
-        kind |= {sign for sign, words in _SIGN_WORDS.items() if sign in forms or forms & set(words)}
-        if token.text.lower() in ("am", "pm", "a.m.", "p.m.") or ":" in token.text:
+        kind |= _signs(forms)
+        if token.text.lower() in _CLOCK_WORDS or ":" in token.text:
             kind.add(_CLOCK)
-    values = {f for t in parsed[span[0]:span[1] + 1] for f in _token_forms(t) if f.startswith("#")}
-    if not kind and _year_like(values):
+    if not kind and _year_like(_span_values(parsed, span)):
         kind.add(_YEAR)
     return kind
 
@@ -616,12 +619,11 @@ def _doc_kind(sentence: tuple, j: int) -> set[str]:
     kind = set()
     for i in range(max(0, j - 1), min(len(sentence), j + 1 + _NOUN_REACH)):
         forms = sentence[i]
-        if i < j and not forms & set(_SIGN_WORDS):
+        if i < j and not forms & _SIGNS:
             continue  # before the number only its sign counts ("£9")
-        if forms is _BREAK or (i > j and (_values(forms) or forms & set(_SIGN_WORDS))):
+        if forms is _BREAK or (i > j and (_values(forms) or forms & _SIGNS)):
             break  # the next number, or its sign
-        kind |= {f for f in forms if not f.startswith("#")} | _families(forms)
-        kind |= {sign for sign, words in _SIGN_WORDS.items() if sign in forms or forms & set(words)}
+        kind |= {f for f in forms if not f.startswith("#")} | _families(forms) | _signs(forms)
         if forms & {"am", "pm"} or any(":" in f for f in forms):
             kind.add(_CLOCK)
     if _year_like(_values(sentence[j])):
@@ -631,9 +633,16 @@ def _doc_kind(sentence: tuple, j: int) -> set[str]:
 
 def _number_forms(unit, parsed, span) -> set[str]:
     """The ``#value`` forms of a unit's numbers."""
-    if span is None:
-        return set()
+    return set() if span is None else _span_values(parsed, span)
+
+
+def _span_values(parsed, span) -> set[str]:
     return {f for t in parsed[span[0]:span[1] + 1] for f in _token_forms(t) if f.startswith("#")}
+
+
+def _signs(forms) -> set[str]:
+    """The currency or percent signs a token's forms say ("£", or "pounds")."""
+    return {sign for sign, words in _SIGN_WORDS.items() if sign in forms or forms & set(words)}
 
 
 def _adjacent(sentence: tuple, first: tuple[int, int], second: tuple[int, int], allowed: set | None) -> bool:
@@ -684,8 +693,10 @@ def _described_words(parsed, units, spans, k, doc_sentences) -> list[tuple[tuple
 
 
 #: Words after a number that say its sign or clock, not what it counts ("75 *dollars*", "9 *am*").
-_NOT_COUNTED = frozenset({w for words in _SIGN_WORDS.values() for w in words}
-                         | {"am", "pm", "a.m.", "p.m.", "morning", "afternoon", "evening", "night", "noon", "midnight"})
+_CLOCK_WORDS = frozenset({"am", "pm", "a.m.", "p.m."})
+_SIGNS = frozenset(_SIGN_WORDS)
+_NOT_COUNTED = frozenset({w for words in _SIGN_WORDS.values() for w in words} | _CLOCK_WORDS
+                         | {"morning", "afternoon", "evening", "night", "noon", "midnight"})
 
 
 def _counted_noun(parsed, span) -> tuple | None:
