@@ -1,6 +1,10 @@
 """Precision and recall of the wrong-fact and abstention detectors on the hand-labelled responses.
 
     python eval/studies/correctness_detectors.py > docs/results/correctness/detectors.json
+    python eval/studies/correctness_detectors.py --rules-of da1a3c4 \
+        > docs/results/correctness/detectors_before_revision.json   # the rules as of a commit
+    python eval/studies/correctness_detectors.py --rules-of fb0110e \
+        > docs/results/correctness/detectors_first_revision.json    # before the person rule
 
 The sets, in the order they were written (tests/fixtures/correctness/): a development set the
 rules were tuned on, a second set looked at once (the number-word and abstention rules were
@@ -9,7 +13,12 @@ wrong-fact rules four more sets written apart from the rules, when the rules wer
 compare a number's clause with the clauses of the document's other numbers of its kind. Each
 label says when the set was first run and what it measured then.
 """
+import argparse
+import importlib.util
 import json
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from pmi_decode.metrics.correctness import abstains
@@ -57,16 +66,34 @@ def rows(name: str) -> list[dict]:
     return [json.loads(line) for line in (FIXTURES / name).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def main() -> dict:
-    out = {"wrong_facts": {}, "abstains": {}}
+def rules_of(revision: str):
+    """``wrong_facts`` as the fact-support module of a git revision wrote it (loaded beside the
+    package, so its relative imports resolve to today's helpers)."""
+    root = FIXTURES.parents[2]
+    text = subprocess.run(["git", "show", f"{revision}:pmi_decode/metrics/fact_support.py"], cwd=root,
+                          capture_output=True, text=True, check=True).stdout
+    path = Path(tempfile.mkdtemp()) / "fact_support_then.py"
+    path.write_text(text, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("pmi_decode.metrics.fact_support_then", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.wrong_facts
+
+
+def main(revision: str | None = None) -> dict:
+    check = rules_of(revision) if revision else wrong_facts
+    out = {"wrong_facts": {}, "abstains": {}} if not revision else {"rules_of": revision, "wrong_facts": {}}
     for label, name in WRONG_FACT_SETS:
-        pairs = [(bool(wrong_facts(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows(name)]
+        pairs = [(bool(check(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows(name)]
         out["wrong_facts"][label] = dict(file=name, **precision_recall(pairs))
-    for label, name in ABSTENTION_SETS:
+    for label, name in ([] if revision else ABSTENTION_SETS):
         pairs = [(abstains(r["response"]), r["abstains"]) for r in rows(name)]
         out["abstains"][label] = dict(file=name, **precision_recall(pairs))
     return out
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(), indent=1))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rules-of", metavar="REVISION", help="measure the wrong-fact rules of this git revision")
+    print(json.dumps(main(parser.parse_args().rules_of), indent=1))
