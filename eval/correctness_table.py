@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 from pathlib import Path
 
 #: (score column, label, per-row transform)
@@ -86,7 +87,8 @@ def score_systems(systems: dict[str, dict[str, dict]], metrics: list[str], **opt
     from pmi_decode.batch.scoring import score_records
 
     out = {}
-    for name, rows in systems.items():
+    for k, (name, rows) in enumerate(systems.items(), 1):
+        print(f"scoring {name} ({k} of {len(systems)}, {len(rows)} responses)", file=sys.stderr, flush=True)
         records = [{"id": i, "document": r["document"], "history": r["history"], "pmi_response": r["response_text"],
                     "answers": r.get("answers"), "answerable": r.get("answerable")} for i, r in rows.items()]
         scored = score_records(records, metrics, **options)
@@ -175,7 +177,7 @@ def main(argv=None) -> int:
 
     files = {Path(path).name.replace(".jsonl", ""): read_jsonl(path) for path in args.inputs}
     systems, dialogues = systems_from_files(files)
-    scores = score_systems(systems, args.metrics.split(","), scorer_model=args.scorer_model)
+    scores = score_systems(systems, args.metrics.split(","), scorer_model=args.scorer_model, progress=True)
     result = table(scores)
     command = "python eval/correctness_table.py " + " ".join(args.inputs) + \
         f" --name {args.name} --output-dir {args.output_dir}" + \
