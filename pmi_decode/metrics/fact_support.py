@@ -642,7 +642,7 @@ def _span_values(parsed, span) -> set[str]:
 
 def _signs(forms) -> set[str]:
     """The currency or percent signs a token's forms say ("£", or "pounds")."""
-    return {sign for sign, words in _SIGN_WORDS.items() if sign in forms or forms & set(words)}
+    return {sign for sign, words in _SIGN_WORDS.items() if sign in forms or not forms.isdisjoint(words)}
 
 
 def _adjacent(sentence: tuple, first: tuple[int, int], second: tuple[int, int], allowed: set | None) -> bool:

@@ -15,7 +15,7 @@ patch; relabel the copies you commit. Commands (this folder's *.question.jsonl):
 
     python docs/results/correctness/issue24/probe_question.py generate \
         --input tests/fixtures/correctness/factual_dialogues_heldout.jsonl \
-        --output factual_heldout.question.jsonl --compare          # and --model embedded-gemma
+        --output factual_heldout.question.jsonl          # and --model embedded-gemma
 """
 import os
 import sys
