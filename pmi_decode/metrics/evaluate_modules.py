@@ -15,7 +15,8 @@ import os
 import re
 from typing import Sequence
 
-__all__ = ["PMI_CITATION", "Q2_CITATION", "cache_safe_name", "check_module_kwargs", "columns", "mean"]
+__all__ = ["PMI_CITATION", "Q2_CITATION", "cache_safe_name", "check_module_kwargs", "columns", "dialogue_metric_info",
+           "mean"]
 
 PMI_CITATION = """\
 @inproceedings{nandwani2023pmi,
@@ -70,3 +71,22 @@ def mean(values) -> float | None:
     """Mean of the numbers (booleans count as 0/1); None for no examples."""
     values = [float(v) for v in values if v is not None]
     return sum(values) / len(values) if values else None
+
+
+def dialogue_metric_info(description: str, citation: str, inputs_description: str, reference_urls: Sequence[str]):
+    """The ``evaluate.MetricInfo`` of a module scoring responses against their documents and
+    histories: the three modules take the same inputs, so they declare them in one place."""
+    import datasets
+    from evaluate import MetricInfo
+
+    return MetricInfo(
+        description=description,
+        citation=citation,
+        inputs_description=inputs_description,
+        features=datasets.Features({
+            "predictions": datasets.Value("string"),
+            "documents": datasets.Value("string"),
+            "histories": datasets.Sequence(datasets.Value("string")),
+        }),
+        reference_urls=list(reference_urls),
+    )

@@ -1,9 +1,10 @@
 """FaithScore as an evaluate module; the scoring is pmi_decode.metrics.FaithScore."""
 
-import datasets
 import evaluate
 
-from pmi_decode.metrics.evaluate_modules import PMI_CITATION, cache_safe_name, check_module_kwargs, columns, mean
+from pmi_decode.metrics.evaluate_modules import (
+    PMI_CITATION, cache_safe_name, check_module_kwargs, columns, dialogue_metric_info, mean,
+)
 
 _DESCRIPTION = """\
 FaithScore: the probability that people would judge a response faithful to its document, from a
@@ -43,17 +44,8 @@ class FaithScore(evaluate.Metric):
         super().__init__(config_name=cache_safe_name(self.scorer_model), **kwargs)
 
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=PMI_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({
-                "predictions": datasets.Value("string"),
-                "documents": datasets.Value("string"),
-                "histories": datasets.Sequence(datasets.Value("string")),
-            }),
-            reference_urls=["Nandwani et al., 2023 (EMNLP), for PMI-Faith; the fit: docs/faithfulness.md"],
-        )
+        return dialogue_metric_info(_DESCRIPTION, PMI_CITATION, _KWARGS_DESCRIPTION,
+                                    ["Nandwani et al., 2023 (EMNLP), for PMI-Faith; the fit: docs/faithfulness.md"])
 
     def scorer(self):
         """The FaithScore scorer, built on first use from the config name."""

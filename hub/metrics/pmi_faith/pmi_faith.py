@@ -1,9 +1,10 @@
 """PMI-Faith (CPMI and UPMI) as an evaluate module; the scoring is pmi_decode.metrics.PMIFaith."""
 
-import datasets
 import evaluate
 
-from pmi_decode.metrics.evaluate_modules import PMI_CITATION, cache_safe_name, check_module_kwargs, columns, mean
+from pmi_decode.metrics.evaluate_modules import (
+    PMI_CITATION, cache_safe_name, check_module_kwargs, columns, dialogue_metric_info, mean,
+)
 
 _DESCRIPTION = """\
 PMI-Faith: how much the grounding document raised the probability of a response under a language
@@ -43,17 +44,8 @@ class PmiFaith(evaluate.Metric):
         super().__init__(config_name=cache_safe_name(self.scorer_model), **kwargs)
 
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=PMI_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({
-                "predictions": datasets.Value("string"),
-                "documents": datasets.Value("string"),
-                "histories": datasets.Sequence(datasets.Value("string")),
-            }),
-            reference_urls=["Nandwani et al., 2023 (EMNLP)"],
-        )
+        return dialogue_metric_info(_DESCRIPTION, PMI_CITATION, _KWARGS_DESCRIPTION,
+                                    ["Nandwani et al., 2023 (EMNLP)"])
 
     def scorer(self):
         """The PMIFaith scorer, built on first use from the config name."""

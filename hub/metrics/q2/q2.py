@@ -1,9 +1,10 @@
 """Q² as an evaluate module; the scoring is pmi_decode.metrics.q2.Q2."""
 
-import datasets
 import evaluate
 
-from pmi_decode.metrics.evaluate_modules import Q2_CITATION, cache_safe_name, check_module_kwargs, columns, mean
+from pmi_decode.metrics.evaluate_modules import (
+    Q2_CITATION, cache_safe_name, check_module_kwargs, columns, dialogue_metric_info, mean,
+)
 
 _DESCRIPTION = """\
 Q²: factual consistency of a response with its document through question generation and
@@ -50,17 +51,8 @@ class Q2(evaluate.Metric):
         super().__init__(config_name=cache_safe_name(config_name or "default"), **kwargs)
 
     def _info(self):
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=Q2_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=datasets.Features({
-                "predictions": datasets.Value("string"),
-                "documents": datasets.Value("string"),
-                "histories": datasets.Sequence(datasets.Value("string")),
-            }),
-            reference_urls=["Honovich et al., 2021 (EMNLP)"],
-        )
+        return dialogue_metric_info(_DESCRIPTION, Q2_CITATION, _KWARGS_DESCRIPTION,
+                                    ["Honovich et al., 2021 (EMNLP)"])
 
     def scorer(self):
         """The Q2 scorer, built on first use (its models load when first needed)."""
