@@ -13,6 +13,11 @@ processor patched; the files it writes say nothing of the patch. Commands (this 
     python docs/results/correctness/issue24/probe_hedge.py generate --model embedded-gemma \
         --input IN.jsonl --output OUT.jsonl [--alpha 0.5 --pmi-cap 0.001]
 
+With SCORE=penalty the score itself changes too: log P(v | d, h, r<t) + alpha * min(PMI, 0), plain
+decoding's log-prob less a penalty for tokens the document makes less likely (no token gains, and
+unlike `--pmi-cap 0.001` nothing is tempered by (1 - alpha)); nucleus, plausibility head, ending
+and guards as in the command. (*.penalty*.jsonl, with --alpha 0.5.)
+
 With NO_HEDGES=1 it must reproduce the unpatched command's responses (checked on 8 dialogues of the
 second factual set, SmolLM2, `--alpha 0.5 --pmi-cap 0.001`, against `factual_heldout.veto50.jsonl`).
 """
@@ -86,7 +91,24 @@ def neutral_candidates(scores, p, plausibility=0.0):
     return lp_c, keep
 
 
+def penalty_scores(scores, lp_u, alpha, p, normalize=False, end_ids=None, plausibility=0.0, candidates=None,
+                   pmi_cap=None):
+    if lp_u is None or alpha == 0.0:
+        return _scores(scores, lp_u, alpha, p, normalize, end_ids, plausibility, candidates, pmi_cap=pmi_cap)
+    lp_c, keep = scores_module.pmi_candidates(scores, p, plausibility)
+    lp_u = lp_u.to(lp_c.dtype)
+    pmi = torch.where(lp_u.abs() < float("inf"), lp_c - lp_u, torch.zeros_like(lp_c))
+    if NEUTRAL[0] is not None and NEUTRAL[0].shape == pmi.shape:
+        pmi = torch.where(NEUTRAL[0], torch.zeros_like(pmi), pmi)
+    out = torch.where(keep, lp_c + alpha * pmi.clamp(max=0.0), torch.full_like(lp_c, -float("inf")))
+    if end_ids is not None:
+        return scores_module.conditional_end_scores(lp_c, out, end_ids, normalize)
+    return torch.log_softmax(out, dim=-1) if normalize else out
+
+
 def neutral_scores(scores, lp_u, alpha, *args, **kwargs):
+    if os.environ.get("SCORE") == "penalty":
+        return penalty_scores(scores, lp_u, alpha, *args, **kwargs)
     mask = NEUTRAL[0]
     if mask is not None and lp_u is not None and mask.shape == scores.shape:
         lp_u = torch.where(mask, torch.log_softmax(scores, dim=-1).to(lp_u.dtype), lp_u)
