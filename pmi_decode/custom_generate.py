@@ -26,6 +26,7 @@ replaced by that function, which would call itself.
 
 from __future__ import annotations
 
+import copy
 import inspect
 
 import torch
@@ -45,6 +46,7 @@ from transformers.generation.utils import GenerationMode
 
 from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
+from .final_choice import HypothesisScores, check_final_choice, choose_by_model, end_id_list
 from .generation import pmi_generate
 from .processor import PMIDecode
 from .validation import validate_pmi_cap
@@ -96,10 +98,10 @@ def _unconditional(unconditional_inputs, negative_prompt_ids, negative_prompt_at
 #: PMI-Decode's own keywords of :func:`generate` (the rest of its signature is ``generate``'s), with
 #: their defaults; ``None`` reads :mod:`pmi_decode.defaults` at call time.
 GENERATE_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, paired=None, packed=None, share_prompt=True,
-                        normalize=False, conditional_end=False, plausibility=None, pmi_cap=None)
+                        normalize=False, conditional_end=False, plausibility=None, pmi_cap=None, final_choice=None)
 #: PMI-Decode's own keywords of :func:`pmi_decoding_loop`.
 LOOP_OPTIONS = dict(alpha=None, p=None, unconditional_inputs=None, normalize=False, conditional_end=False,
-                    plausibility=None, pmi_cap=None)
+                    plausibility=None, pmi_cap=None, final_choice=None)
 
 
 def _declare_options(function, declared: dict):
@@ -128,7 +130,7 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
     ``attention_mask``; the document-free one is ``unconditional_inputs`` or
     ``negative_prompt_ids`` / ``negative_prompt_attention_mask``. ``alpha`` (a number in [0, 1],
     ``"adaptive"`` or ``"cocoa"``), ``p``, ``plausibility``, ``pmi_cap``, ``paired``, ``packed``, ``share_prompt``,
-    ``normalize``, ``conditional_end``: as in ``pmi_generate``, with its defaults
+    ``normalize``, ``conditional_end``, ``final_choice``: as in ``pmi_generate``, with its defaults
     (:mod:`pmi_decode.defaults`). Anything else goes to ``generate``."""
     options = _pop_options(kwargs, GENERATE_OPTIONS)
     alpha = defaults.ALPHA if options["alpha"] is None else options["alpha"]
@@ -153,7 +155,8 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
     return pmi_generate(model, {"conditional": cond, "unconditional": uncond}, alpha=alpha, p=p,
                         paired=options["paired"], packed=options["packed"], share_prompt=options["share_prompt"],
                         normalize=options["normalize"], conditional_end=options["conditional_end"],
-                        plausibility=options["plausibility"], pmi_cap=options["pmi_cap"], **kwargs)
+                        plausibility=options["plausibility"], pmi_cap=options["pmi_cap"],
+                        final_choice=options["final_choice"], **kwargs)
 
 
 _declare_options(generate, GENERATE_OPTIONS)
@@ -188,9 +191,10 @@ def _appended_after_user_processors(config) -> list[type]:
     return kinds
 
 
-def _with_pmi(processors, config, pmi):
+def _with_pmi(processors, config, pmi, recorder=None):
     """generate's prepared processors with ``pmi`` right after the user's own, where
-    ``pmi_generate`` puts it (it passes ``[*user processors, PMIDecode]`` to generate)."""
+    ``pmi_generate`` puts it (it passes ``[*user processors, PMIDecode]`` to generate), and the
+    final choice's ``recorder``, if any, just before it as there."""
     tail = _appended_after_user_processors(config)
     cut = len(processors) - len(tail)
     if cut < 0 or any(not isinstance(proc, kind) for proc, kind in zip(list(processors)[cut:], tail)):
@@ -200,6 +204,8 @@ def _with_pmi(processors, config, pmi):
             "or pmi_generate instead"
         )
     out = type(processors)(list(processors)[:cut])
+    if recorder is not None:
+        out.append(recorder)
     out.append(pmi)
     out.extend(list(processors)[cut:])
     return out
@@ -249,9 +255,21 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
         pmi.encoder_ran_before(uncond["input_ids"])
     method = getattr(type(model), LOOP_MODES[mode])
     extra = {"streamer": streamer} if LOOP_MODES[mode] == "_sample" else {}
-    return method(model, input_ids, logits_processor=_with_pmi(logits_processor, generation_config, pmi),
-                  stopping_criteria=stopping_criteria, generation_config=generation_config, synced_gpus=synced_gpus,
-                  **extra, **model_kwargs)
+    final_choice = check_final_choice(defaults.FINAL_CHOICE if options["final_choice"] is None
+                                      else options["final_choice"])
+    beams, keep = int(generation_config.num_beams or 1), int(generation_config.num_return_sequences or 1)
+    choose = final_choice == "model" and beams > 1 and alpha != 0.0
+    recorder = HypothesisScores(beams, end_id_list(generation_config.eos_token_id)) if choose else None
+    processors = _with_pmi(logits_processor, generation_config, pmi, recorder)
+    if choose:  # every finished hypothesis back, then pmi_generate's choice among them
+        generation_config = copy.copy(generation_config)
+        generation_config.num_return_sequences = beams
+    output = method(model, input_ids, logits_processor=processors, stopping_criteria=stopping_criteria,
+                    generation_config=generation_config, synced_gpus=synced_gpus, **extra, **model_kwargs)
+    if choose:
+        output = choose_by_model(output, recorder, input_ids.shape[1], keep,
+                                 length_penalty=generation_config.length_penalty)
+    return output
 
 
 _declare_options(pmi_decoding_loop, LOOP_OPTIONS)

@@ -207,6 +207,11 @@ def _check_packed(name, value) -> None:
                          f"got {value!r}")
 
 
+def _check_final_choice(name, value) -> None:
+    if value not in ("pmi", "model"):
+        raise ValueError(f"{name} must be 'model' or 'pmi', got {value!r}")
+
+
 # ---------------------------------------------------------------------------- settings writers
 def _as(convert) -> Callable:
     """Always written, converted (``None`` stays ``None``)."""
@@ -229,6 +234,11 @@ def _penalty_setting(value, config):
 
 def _prefer_finished_setting(value, config):
     return True if value and int(config.num_beams) > 1 else OMIT  # one beam has nothing to prefer
+
+
+def _final_choice_setting(value, config):
+    # written only where it changes something, so files decoded before the option existed still resume
+    return value if value != "pmi" and int(config.num_beams) > 1 else OMIT
 
 
 def _line_break_setting(value, config):
@@ -390,6 +400,13 @@ class DecodeConfig:
         False, help_rank=160, setting=_prefer_finished_setting,
         help="beam search: return the best of the final beams that ended with the end token rather than a "
         "better-scored one that --max-new-tokens cut; the best beam when none ended (default: {default})")
+    final_choice: str = option(
+        "pmi", parse={"model": "model", "pmi": "pmi"}, check=_check_final_choice, cli_default=lambda: _defaults.FINAL_CHOICE,
+        help_rank=37, setting=_final_choice_setting,
+        help="beam search: which finished hypothesis to return. model: the one the model reading the document "
+        "finds likeliest, as plain beam search ranks its own (PMI chooses the words, the model the response; "
+        "PMI's own ranking favours responses that jump to any value of the document); pmi: the best by the "
+        "summed PMI-Decode scores, the paper's (default {default})")
     packed: bool | None = option(
         None, parse={"auto": None, "on": True, "off": False}, check=_check_packed,
         help_rank=190, setting=_packed_setting,
@@ -524,7 +541,8 @@ class DecodeConfig:
         alpha, p = resolve_alpha(self.alpha, self.p)
         return dict(alpha=alpha, p=p, normalize=self.normalize_scores, conditional_end=self.conditional_end,
                     plausibility=float(self.plausibility),
-                    pmi_cap=math.inf if self.pmi_cap is None else float(self.pmi_cap), packed=self.packed)
+                    pmi_cap=math.inf if self.pmi_cap is None else float(self.pmi_cap), packed=self.packed,
+                    final_choice=self.final_choice)
 
     @property
     def hypotheses_per_dialogue(self) -> int:

@@ -16,3 +16,7 @@ PLAUSIBILITY = 0.1
 #: supports gain alike and the model reading the document ranks them (``None``: no cap).
 #: Chosen on our factual dialogues among 1 and 2 (and 2 at alpha 0.5): docs/decoding.md, "The PMI cap".
 PMI_CAP = 2.0
+#: Beam search: which finished hypothesis to return. ``"model"``: the one the model reading the
+#: document finds likeliest (as plain beam search ranks); ``"pmi"``: the best by summed PMI-Decode
+#: scores (the paper's). The search is the same (:mod:`pmi_decode.final_choice`).
+FINAL_CHOICE = "model"

@@ -28,6 +28,7 @@ from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig, Lo
 
 from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
+from .final_choice import HypothesisScores, check_final_choice, choose_by_model, end_id_list
 from .model_calls import cache_keyword, config_has_plain_layers, model_device, plain_cache, prefill
 from .packed import PackedRows, packed_path_blocker
 from .paired_sampling import paired_sampling_loop
@@ -540,6 +541,15 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             cannot be used: encoder-decoder models, flash attention, sliding-window layers,
             ``cache_implementation``, and the options the paired path refuses); ``False`` leaves
             it off (the paired path, then the separate one, as ``paired`` says).
+        final_choice (keyword): beam search (and beam sampling): which finished hypotheses to return.
+            ``"pmi"``: beam search's own ranking by the summed PMI-Decode scores (the paper's);
+            ``"model"``: the same search, the hypotheses then ranked by the conditional model's
+            log-likelihood over length ** ``length_penalty``, as plain beam search ranks its own
+            (:mod:`pmi_decode.final_choice`). ``None``: :data:`pmi_decode.defaults.FINAL_CHOICE`.
+            With ``alpha=0`` beam search's own ranking is the model's, so nothing is rescored.
+            With ``return_dict_in_generate`` the per-sequence fields (``sequences``,
+            ``sequences_scores``, ``beam_indices``) follow the chosen rows; per-step fields stay
+            as beam search left them.
         **generate_kwargs: anything ``generate`` takes (num_beams, do_sample, max_new_tokens, ...).
 
     Sampling on the paired path draws the separate path's tokens for the same seed (one shared
@@ -549,6 +559,28 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     alpha, p = resolve_alpha(alpha, p)
     plausibility = defaults.PLAUSIBILITY if plausibility is None else plausibility
     pmi_cap = validate_pmi_cap(defaults.PMI_CAP if pmi_cap is None else pmi_cap)
+    final_choice = generate_kwargs.pop("final_choice", None)
+    final_choice = check_final_choice(defaults.FINAL_CHOICE if final_choice is None else final_choice)
+    options = dict(alpha=alpha, p=p, paired=paired, share_prompt=share_prompt, normalize=normalize,
+                   conditional_end=conditional_end, plausibility=plausibility, pmi_cap=pmi_cap, packed=packed)
+    if final_choice == "model" and alpha != 0.0:  # with alpha 0 beam search already ranks by the model
+        cond, uncond = _unpack(inputs)
+        config = _Plan(model, cond, uncond, generate_kwargs).config
+        beams = int(config.num_beams or 1)
+        if beams > 1:  # every finished hypothesis back, scored as they were searched, then the model's pick
+            recorder = HypothesisScores(beams, end_id_list(config.eos_token_id))
+            processors = [*(generate_kwargs.get("logits_processor") or []), recorder]
+            output = _pmi_generate(model, inputs, **options, **dict(generate_kwargs, num_return_sequences=beams,
+                                                                     logits_processor=processors))
+            width = 1 if model.config.is_encoder_decoder else cond["input_ids"].shape[1]
+            return choose_by_model(output, recorder, width, int(config.num_return_sequences or 1),
+                                   length_penalty=config.length_penalty)
+    return _pmi_generate(model, inputs, **options, **generate_kwargs)
+
+
+def _pmi_generate(model, inputs, *, alpha, p, paired, share_prompt, normalize, conditional_end, plausibility,
+                  pmi_cap, packed, **generate_kwargs):
+    """:func:`pmi_generate` with its options resolved, beam search's own ranking kept."""
     if packed is not None and not isinstance(packed, bool):
         raise ValueError(f"packed must be True, False or None (where the call can take it), got {packed!r}")
     if packed and paired is not None:

@@ -21,7 +21,7 @@ if os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu") != "cpu":
         "test_processor.py", "test_generation.py", "test_generation_options.py", "test_exact_or_refused.py",
         "test_adaptive.py", "test_conditional_end.py", "test_nucleus_projection.py", "test_own_length_prefill.py",
         "test_normalize.py", "test_guards.py", "test_deferral.py", "test_paired_speed.py", "test_paired_sampling.py",
-        "test_packed_path.py",
+        "test_packed_path.py", "test_final_choice.py",
     }
     collect_ignore = [path.name for path in Path(__file__).parent.glob("test_*.py") if path.name not in EXACTNESS_MODULES]
 
@@ -31,7 +31,8 @@ import pytest  # noqa: E402
 @pytest.fixture(autouse=True)
 def _paper_score_defaults(request, monkeypatch):
     """The exactness tests compare pmi_generate and the CLI with the paper's score (the slow
-    reference has no plausibility head): they run with the head's default off. The head itself
+    reference has no plausibility head, no cap, and returns beam search's own best): they run
+    with those defaults off. The head itself
     is tested with explicit values (test_plausibility.py); tests marked ``real_defaults`` see the
     shipped default."""
     if request.node.get_closest_marker("real_defaults") is None:
@@ -39,3 +40,4 @@ def _paper_score_defaults(request, monkeypatch):
 
         monkeypatch.setattr(pmi_decode.defaults, "PLAUSIBILITY", 0.0)
         monkeypatch.setattr(pmi_decode.defaults, "PMI_CAP", None)
+        monkeypatch.setattr(pmi_decode.defaults, "FINAL_CHOICE", "pmi")

@@ -233,3 +233,18 @@ def test_the_entries_take_the_plausibility_head_and_the_cap():
                          **kwargs)
     assert not torch.equal(want, uncapped)
     assert torch.equal(loop, want) and torch.equal(entry, want)
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_the_loop_and_the_folder_make_the_model_choice_as_pmi_generate(kind):
+    """final_choice="model" (the shipped default) reaches both entries and picks what pmi_generate picks."""
+    model, inputs = setup(kind)
+    opts = dict(alpha=0.7, p=0.9, num_beams=4, num_return_sequences=2, length_penalty=0.7, final_choice="model", **NEW)
+    expected = pmi_generate(model, inputs, **opts)
+    assert not torch.equal(expected, pmi_generate(model, inputs, **dict(opts, final_choice="pmi")))
+    folder = model.generate(**inputs["conditional"], custom_generate=str(FOLDER), trust_remote_code=True,
+                            unconditional_inputs=inputs["unconditional"], **opts)
+    assert torch.equal(folder, expected)
+    loop = model.generate(**inputs["conditional"], custom_generate=pmi_decoding_loop,
+                          unconditional_inputs=inputs["unconditional"], **opts)
+    assert torch.equal(loop, expected)

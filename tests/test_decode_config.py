@@ -65,7 +65,8 @@ def test_good_values_are_kept_as_given():
     config = DecodeConfig(alpha="adaptive", p=1, repetition_penalty=2, plausibility=0, seed=None, chat_template=False)
     assert (config.alpha, config.p, config.repetition_penalty, config.seed) == ("adaptive", 1, 2, None)
     assert config.processor_options() == dict(alpha=config.processor_options()["alpha"], p=1.0, normalize=False,
-                                              conditional_end=False, plausibility=0.0, pmi_cap=math.inf, packed=None)
+                                              conditional_end=False, plausibility=0.0, pmi_cap=math.inf, packed=None,
+                                              final_choice="pmi")
     assert alpha_setting(config.processor_options()["alpha"]) == "adaptive:1:0.5"
 
 

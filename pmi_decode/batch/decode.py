@@ -334,18 +334,20 @@ def _batch_seed(seed: int, ids: Sequence) -> int:
 
 
 def _pmi_sequences(model, inputs, *, alpha, p, generate_kwargs, normalize=False, conditional_end=False,
-                   plausibility=0.0, pmi_cap=math.inf, packed=None):
+                   plausibility=0.0, pmi_cap=math.inf, packed=None, final_choice="pmi"):
     try:
         from ..generation import pmi_generate
     except ImportError:
         pmi_generate = None
     if pmi_generate is not None:
         out = pmi_generate(model, inputs, alpha=alpha, p=p, normalize=normalize, conditional_end=conditional_end,
-                           plausibility=plausibility, pmi_cap=pmi_cap, packed=packed,
+                           plausibility=plausibility, pmi_cap=pmi_cap, packed=packed, final_choice=final_choice,
                            **generate_kwargs)
         return out.sequences if hasattr(out, "sequences") else out
     if packed:
         raise ValueError("packed=True needs pmi_generate (pmi_decode.generation)")
+    if final_choice != "pmi" and int(generate_kwargs.get("num_beams") or 1) > 1:
+        raise ValueError(f"final_choice={final_choice!r} needs pmi_generate (pmi_decode.generation)")
     processor = PMIDecode(alpha, p, model=model, unconditional_inputs=inputs["unconditional"], normalize=normalize,
                           conditional_end=conditional_end, plausibility=plausibility, pmi_cap=pmi_cap)
     kwargs = dict(generate_kwargs)

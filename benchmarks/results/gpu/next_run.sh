@@ -22,4 +22,9 @@ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 part llama_doclen_512 90 python3 benchmarks/decode_speed.py --device cuda --new-tokens 64 --output-dir $R --repeats 2 \
     --models llama-1.7b --dtype bfloat16 --datasets topicalchat --modes beam --batch-sizes 8 --doc-tokens 512 \
     --methods default --name llama_doclen_512
+# beam search's default now records the hypotheses' conditional scores for the model's final choice
+# (pmi_decode/final_choice.py): beam 4 batch 8 at Topical-Chat lengths, against pass 5's 1.14x
+part llama_beam_b8_final_choice 90 python3 benchmarks/decode_speed.py --device cuda --new-tokens 64 --output-dir $R \
+    --repeats 2 --models llama-1.7b --dtype bfloat16 --datasets topicalchat --modes beam --batch-sizes 8 \
+    --methods default --name llama_beam_b8_final_choice
 cat "$R/parts.txt"
