@@ -23,6 +23,8 @@ from __future__ import annotations
 import torch
 from transformers import LogitsProcessor
 
+from .processor import _end_token_ids
+
 __all__ = ["FINAL_CHOICES", "check_final_choice", "HypothesisScores", "choose_by_model"]
 
 #: ``"pmi"``: beam search's own ranking (the summed PMI-Decode step scores, the paper's);
@@ -38,12 +40,8 @@ def check_final_choice(value) -> str:
 
 
 def end_id_list(value) -> list[int]:
-    """generate's ``eos_token_id`` (None, an int, a list or a tensor) as a list."""
-    if value is None:
-        return []
-    if isinstance(value, torch.Tensor):
-        return [int(v) for v in value.reshape(-1).tolist()]
-    return [int(value)] if isinstance(value, int) else [int(v) for v in value]
+    """generate's ``eos_token_id`` (None, an id, a list or a tensor) as a list; bad ids refused."""
+    return [] if value is None else _end_token_ids(value).tolist()
 
 
 class HypothesisScores(LogitsProcessor):
