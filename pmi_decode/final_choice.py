@@ -64,7 +64,7 @@ class HypothesisScores(LogitsProcessor):
         self.start = None
         self.steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.last = None  # the previous call's (ids, sums, scores)
-        self.lost = None  # rows whose parent was not found, accumulated on the device
+        self.lost = None  # a row without a parent, or scores that are not log-probs (on the device)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows = input_ids.shape[0]
@@ -86,6 +86,9 @@ class HypothesisScores(LogitsProcessor):
             parents = (match.to(torch.int8).argmax(-1) + torch.arange(0, rows, k, device=input_ids.device)[:, None])
             parents = parents.reshape(-1)
             sums = prev_sums[parents] + prev_scores[parents, input_ids[:, -1]].float()
+        # generate hands beam search's processors log-probs; raw logits (a release that did not) would
+        # sum to a wrong ranking, so a row whose scores exceed probability 1 is remembered and refused
+        self.lost = self.lost | (torch.logsumexp(scores.float(), dim=-1) > 1e-3).any()
         ends = scores[:, self.end_ids].float() if self.end_ids else scores.new_zeros(rows, 0).float()
         self.steps.append((input_ids[:, self.start:].clone(), sums, ends))
         self.last = (input_ids, sums, scores.clone())  # a later processor may write into scores
@@ -97,8 +100,9 @@ class HypothesisScores(LogitsProcessor):
         if self.start is None or not self.steps:
             raise ValueError("HypothesisScores saw no decoding step")
         if bool(self.lost):
-            raise ValueError("HypothesisScores: a hypothesis did not extend one of its prompt's previous rows, so "
-                             "the scores cannot be followed; pass final_choice='pmi'")
+            raise ValueError("HypothesisScores: a hypothesis did not extend one of its prompt's previous rows, or "
+                             "the scores handed to it were not log-probabilities, so the hypotheses cannot be "
+                             "ranked by the model; pass final_choice='pmi'")
         generated = sequences[:, prompt_width:]
         total = torch.empty(sequences.shape[0], dtype=torch.float64)
         length = torch.empty(sequences.shape[0], dtype=torch.float64)

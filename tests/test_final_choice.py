@@ -152,6 +152,10 @@ def test_refusals():
         recorder.totals(edited, width)
     with pytest.raises(ValueError, match="saw no decoding step"):
         HypothesisScores(2, [2]).totals(seqs, width)
+    logits = HypothesisScores(2, [2])  # raw logits, not log-probs: refused, not summed into a ranking
+    logits(seqs[:, :width], torch.full((seqs.shape[0], 320), 5.0))
+    with pytest.raises(ValueError, match="not log-probabilities"):
+        logits.totals(seqs[:, :width + 1], width)
     with pytest.raises(ValueError, match="not 3 beams per prompt"):
         HypothesisScores(3, [2])(seqs[:5], torch.zeros(5, 320))
 
