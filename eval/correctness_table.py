@@ -6,12 +6,16 @@
         --name factual --output-dir docs/results/correctness
 
 Each input file is what ``pmi-decode generate`` wrote for the same dialogues (records may carry
-``answers`` and ``answerable``). The baseline is ``plain_response`` of the first file that has one
-(``--compare``); every file's ``pmi_response`` is a system named after the file. Each response is
-scored with ``pmi-decode score``'s metrics (correctness, PMI-Faith, FaithScore, grammar); every
-measure is reported per system with the mean paired difference against plain decoding and its
-90% paired bootstrap interval, over the dialogues every system decoded. Writes
+``answers`` and ``answerable``). The baseline is ``plain_response`` of ``--plain FILE`` when given,
+else of the first file that has one (``--compare``); every file's ``pmi_response`` is a system
+named after the file. Each response is scored with ``pmi-decode score``'s metrics (correctness,
+PMI-Faith, FaithScore, grammar); every measure is reported per system with the mean paired
+difference against plain decoding and its 90% paired bootstrap interval, over the dialogues every
+system decoded. Writes
 ``<name>.json`` and ``<name>.md``.
+
+An input may join files with ``+`` (``factual.final.jsonl+factual_heldout.final.jsonl``): one system
+over their dialogues together, to pool data sets decoded alike. Their ids must differ.
 """
 
 from __future__ import annotations
@@ -66,9 +70,16 @@ def paired_bootstrap(base: list[float], other: list[float], *, resamples: int = 
             "high": means[min(resamples - 1, int((1 - tail) * resamples))], "n": n}
 
 
-def systems_from_files(files: dict[str, list[dict]]) -> tuple[dict[str, dict[str, dict]], list[dict]]:
-    """``{system: {id: record-with-response}}`` (plain first) and the dialogues all systems share."""
+def systems_from_files(files: dict[str, list[dict]], plain: list[dict] | None = None,
+                       ) -> tuple[dict[str, dict[str, dict]], list[dict]]:
+    """``{system: {id: record-with-response}}`` (plain first) and the dialogues all systems share.
+    Plain decoding's responses come from ``plain`` when given (records with ``plain_response``),
+    else from the first file where every record has one."""
     systems: dict[str, dict[str, dict]] = {}
+    if plain is not None:
+        if not all(isinstance(r.get("plain_response"), str) for r in plain):
+            raise SystemExit("error: --plain: a record has no plain_response: decode the file with --compare")
+        systems[PLAIN] = {str(r["id"]): dict(r, response_text=r["plain_response"]) for r in plain}
     for name, records in files.items():
         if PLAIN not in systems and all(isinstance(r.get("plain_response"), str) for r in records):
             systems[PLAIN] = {str(r["id"]): dict(r, response_text=r["plain_response"]) for r in records}
@@ -165,21 +176,36 @@ def markdown(name: str, result: dict, settings: dict, command: str) -> str:
     return "\n".join(lines)
 
 
+def read_system(spec: str, read_jsonl) -> tuple[str, list[dict]]:
+    """A system's name and records from one file, or from several joined with ``+`` (pooled)."""
+    paths = spec.split("+")
+    records = [r for path in paths for r in read_jsonl(path)]
+    ids = [str(r.get("id")) for r in records]
+    if len(set(ids)) != len(ids):
+        raise SystemExit(f"error: {spec}: the pooled files share dialogue ids, so their rows cannot be paired")
+    return "+".join(Path(path).name.replace(".jsonl", "") for path in paths), records
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("inputs", nargs="+", help="files written by pmi-decode generate for the same dialogues")
+    parser.add_argument("inputs", nargs="+", help="files written by pmi-decode generate for the same dialogues "
+                        "(files joined with + are pooled into one system)")
     parser.add_argument("--name", required=True, help="the data set's name (output file stem)")
     parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--plain", help="take plain decoding's responses (plain_response) from this file, or "
+                        "files joined with +, instead of the first input that has them")
     parser.add_argument("--scorer-model", default="embedded", help="PMI-Faith and FaithScore scorer (default embedded)")
     parser.add_argument("--metrics", default="correctness,pmi_faith,faith_score,grammar")
     args = parser.parse_args(argv)
     from pmi_decode.batch.scoring import read_jsonl
 
-    files = {Path(path).name.replace(".jsonl", ""): read_jsonl(path) for path in args.inputs}
-    systems, dialogues = systems_from_files(files)
+    files = dict(read_system(spec, read_jsonl) for spec in args.inputs)
+    plain = read_system(args.plain, read_jsonl)[1] if args.plain else None
+    systems, dialogues = systems_from_files(files, plain)
     scores = score_systems(systems, args.metrics.split(","), scorer_model=args.scorer_model, progress=True)
     result = table(scores)
     command = "python eval/correctness_table.py " + " ".join(args.inputs) + \
+        (f" --plain {args.plain}" if args.plain else "") + \
         f" --name {args.name} --output-dir {args.output_dir}" + \
         ("" if args.metrics == parser.get_default("metrics") else f" --metrics {args.metrics}")
     settings = {name: records[0].get("settings") for name, records in files.items()}

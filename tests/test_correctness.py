@@ -61,6 +61,12 @@ def test_recited_share_counts_words_past_the_answering_sentence():
     "There is no information about the price of a day pass.",
     "That isn't specified.",
     "Sorry, I couldn't find anything about parking.",
+    "I don't know. I'm not sure.",
+    "I don't know. I think the page doesn't say.",
+    "I think it opens at 9. Actually, I'm not sure, the page does not say.",
+    "I don't know. Maybe ask at the front desk.",
+    "I'm not sure. It might be worth asking the staff.",
+    "I don't know. I think it's best to call them.",
 ])
 def test_abstentions(response):
     assert abstains(response)
@@ -73,6 +79,10 @@ def test_abstentions(response):
     "I'm not sure, but I think it opens at 9 am.",
     "I don't know, but I'm pretty sure it was Bohemond who led them.",
     "It opens at 9 am on weekdays.",
+    "I don't know. I think it was made out of silver.",
+    "I'm not sure. Maybe it was Bohemond who led them.",
+    "I don't know, I'm not sure. It might have been in 1066.",
+    "I'm not sure. My guess is 1066.",
 ])
 def test_answers_are_not_abstentions(response):
     assert not abstains(response)
@@ -295,13 +305,19 @@ def test_squad2_loader_reads_the_official_format():
         load_dialogues("squad2", "test", Path(__file__).parent / "fixtures" / "squad2")
 
 
-def test_correctness_table_paired_bootstrap():
+def _correctness_table():
+    """eval/correctness_table.py, loaded as a module (the eval scripts are not a package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("correctness_table",
                                                   Path(__file__).parents[1] / "eval" / "correctness_table.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_correctness_table_paired_bootstrap():
+    module = _correctness_table()
     d = module.paired_bootstrap([0.0] * 10, [1.0] * 5 + [0.0] * 5)
     assert d["diff"] == 0.5 and d["low"] < 0.5 < d["high"] and d["n"] == 10
     assert module.paired_bootstrap([1.0, 1.0], [1.0, 1.0])["diff"] == 0.0
@@ -330,6 +346,22 @@ def test_correctness_table_paired_bootstrap():
         module.systems_from_files({"other": files["other"]})
 
 
+def test_correctness_table_pools_files_joined_with_plus(tmp_path):
+    from pmi_decode.batch.scoring import read_jsonl
+
+    module = _correctness_table()
+    first, second, again = tmp_path / "first.jsonl", tmp_path / "second.jsonl", tmp_path / "again.jsonl"
+    row = {"document": LIBRARY, "history": ["Until when on weekdays?"]}
+    first.write_text(json.dumps(dict(row, id="a", pmi_response="x")) + "\n")
+    second.write_text("".join(json.dumps(dict(row, id=i, pmi_response=i)) + "\n" for i in "bc"))
+    again.write_text(json.dumps(dict(row, id="a", pmi_response="w")) + "\n")
+    name, records = module.read_system(f"{first}+{second}", read_jsonl)
+    assert name == "first+second" and [r["id"] for r in records] == ["a", "b", "c"]
+    assert module.read_system(str(second), read_jsonl)[0] == "second"
+    with pytest.raises(SystemExit, match="share dialogue ids"):
+        module.read_system(f"{first}+{again}", read_jsonl)
+
+
 def test_detectors_on_the_untouched_final_sets():
     """Floors under the figures docs/metrics.md reports for the final sets."""
     facts = _rows("fact_integrity_final.jsonl")
@@ -339,3 +371,18 @@ def test_detectors_on_the_untouched_final_sets():
     said = _rows("abstention_final.jsonl")
     p, r = _precision_recall([(abstains(x["response"]), x["abstains"]) for x in said])
     assert p >= 0.9 and r >= 0.85, (p, r)
+
+
+def test_correctness_table_takes_plain_decoding_from_plain_file():
+    module = _correctness_table()
+    base = {"document": LIBRARY, "history": ["Until when on weekdays?"], "answers": ["8 pm"], "answerable": True}
+    plain = [dict(base, id="a", plain_response="Until 8 pm.", pmi_response="old"),
+             dict(base, id="b", plain_response="Until 4 pm.", pmi_response="old")]
+    files = {"new": [dict(base, id="a", pmi_response="8 pm", plain_response="ignored"),
+                     dict(base, id="b", pmi_response="8 pm", plain_response="ignored")]}
+    systems, _ = module.systems_from_files(files, plain)
+    assert list(systems) == ["plain", "new"]
+    assert [r["response_text"] for r in systems["plain"].values()] == ["Until 8 pm.", "Until 4 pm."]
+    assert [r["response_text"] for r in systems["new"].values()] == ["8 pm", "8 pm"]
+    with pytest.raises(SystemExit, match="--plain"):
+        module.systems_from_files(files, [dict(base, id="a", pmi_response="x")])

@@ -94,6 +94,16 @@ _HEDGED_ANSWER = re.compile(r"\bbut\s+(?:i\s+(?:think|believe|guess|suppose|woul
                             r"(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|it(?:'s| is| was| should)|"
                             r"there(?:'s| is| are| should)|they(?:'re| are| should)|probably|likely|maybe|perhaps|"
                             r"roughly|about|around|usually|most likely)\b", re.IGNORECASE)
+# "I don't know. I think it was made out of silver.": a sentence that opens with a guess, after the
+# hedge, asserts the guess as well; one that opens with advice ("Maybe ask at the desk", "I think
+# it's best to call them", "It might be worth checking") does not.
+_ADVICE = (r"(?!\s*,?\s*(?:you\b|ask|check|contact|try|call|visit|look|consider|email|phone|reach|"
+           r"(?:it|that)(?:'s|\s+is|\s+would\s+be|'d\s+be)\s+(?:best|better|worth|wise|a\s+good\s+idea)|"
+           r"(?:best|better|worth|wise|a\s+good\s+idea)\b|we\b|i\s+(?:can|could|would|will)\b|i'd\b|i'll\b))")
+_GUESS_OPENING = re.compile(r"^\W*(?:(?:but|and|so|though|still)\b,?\s*)?(?:i\s+(?:think|believe|guess|suppose|would say)|"
+                            r"i'd say|(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|"
+                            r"my\s+(?:best\s+)?guess(?:\s+(?:is|would be))?|probably|maybe|perhaps|possibly|most likely|"
+                            rf"(?:it|that)\s+(?:might|may|could|must)\s+(?:be|have been))\b{_ADVICE}", re.IGNORECASE)
 
 
 def _contains(haystack: list[str], needle: list[str]) -> bool:
@@ -139,16 +149,22 @@ def abstains(response: str) -> bool:
     wordings ("the document doesn't mention ...", "I'm not sure", "there is no information on
     ...", "that isn't specified"), rather than asserting an answer. A negative answer ("the
     museum is not open on Mondays") is not an abstention: every pattern needs a verb of telling
-    or knowing, or a noun of information. A hedge followed by an answer ("I'm not sure, but I
-    think it opens at 9") asserts the answer."""
+    or knowing, or a noun of information. A hedge followed by an answer asserts the answer, in
+    the same sentence ("I'm not sure, but I think it opens at 9") or in a later one that opens
+    with a guess ("I don't know. I think it was made out of silver.")."""
     if not isinstance(response, str):
         raise ValueError(f"expected a string response, got {type(response).__name__}")
     text = response.replace("\u2019", "'")
-    for sentence in sentences(text) or [text]:
-        hit = next((m for p in _ABSTAIN for m in [p.search(sentence)] if m), None)
-        if hit is not None and not _HEDGED_ANSWER.search(sentence, hit.end()):
-            return True
-    return False
+    parts = sentences(text) or [text]
+    hedges = [_hedges(sentence) for sentence in parts]
+    guesses = [not hedge and _GUESS_OPENING.search(sentence) is not None for sentence, hedge in zip(parts, hedges)]
+    return any(hedge and not any(guesses[i + 1:]) for i, hedge in enumerate(hedges))
+
+
+def _hedges(sentence: str) -> bool:
+    """The sentence says it (or its source) does not tell, and does not go on to an answer."""
+    hit = next((m for p in _ABSTAIN for m in [p.search(sentence)] if m), None)
+    return hit is not None and not _HEDGED_ANSWER.search(sentence, hit.end())
 
 
 def response_words(response: str) -> int:
