@@ -67,6 +67,11 @@ def test_recited_share_counts_words_past_the_answering_sentence():
     "I don't know. Maybe ask at the front desk.",
     "I'm not sure. It might be worth asking the staff.",
     "I don't know. I think it's best to call them.",
+    "No idea, sorry.",
+    "Not sure.",
+    "There's no way to tell from the passage.",
+    "Hard to say from the article.",
+    "The article does not answer this question.",
 ])
 def test_abstentions(response):
     assert abstains(response)
@@ -83,6 +88,10 @@ def test_abstentions(response):
     "I'm not sure. Maybe it was Bohemond who led them.",
     "I don't know, I'm not sure. It might have been in 1066.",
     "I'm not sure. My guess is 1066.",
+    "I have no idea. Maybe 1066?",
+    "It is hard to say goodbye to summer, but the pool closes on 1 September.",
+    "There is no way to get there by train.",
+    "He did not answer the phone.",
 ])
 def test_answers_are_not_abstentions(response):
     assert not abstains(response)

@@ -67,7 +67,13 @@ _ABSTAIN_PATTERNS = [
     rf"\b(?:doesn't|don't|didn't|isn't|aren't|wasn't|weren't|is not|are not|was not|were not|not)\s+(?:\w+\s+){{0,1}}"
     rf"(?:{_TELL}|known|clear|available|specified|mentioned|stated|listed|given|provided|included)\b"
     rf"(?:\s+(?:in|on|by|from)\s+(?:the|this|that|my|our)?\s*{_SOURCE})?(?=\W*$|\s*[.,;:!?]|\s+(?:in|on|here|there|anywhere|by|from|for)\b)",
-    rf"\b(?:no|not any|nothing)\s+(?:\w+\s+){{0,1}}(?:information|mention|details?|data|record|indication|word|info|reference)\b",
+    rf"\b(?:no|not any|nothing)\s+(?:\w+\s+){{0,1}}(?:information|mention|details?|data|record|indication|word|info|reference|answer)\b",
+    r"\b(?:no|not the (?:slightest|faintest|foggiest))\s+idea\b",
+    r"^\W*(?:i'm\s+|i am\s+)?not\s+(?:really\s+|quite\s+|too\s+)?(?:sure|certain)\b",
+    r"\b(?:no|not any|not a|there's no|there is no)\s+(?:\w+\s+)?(?:way|means)\s+(?:for me\s+|of\s+)?(?:to\s+)?(?:know|knowing|tell|telling|say|saying|determine)\b",
+    r"\b(?:hard|difficult|impossible|not possible)\s+to\s+(?:say|tell|know|determine)(?=\W*$|\s*[.,;:!?]|\s+(?:from|which|what|who|"
+    r"when|where|whether|how|if|for sure|exactly|based|without)\b)",
+    r"\b(?:does|do|did)\s*(?:not|n't)\s+answer\s+(?:this|that|the|your)\s+question\b",
     r"\b(?:i|we)\s+(?:really\s+)?(?:don't|do not|can't|cannot|can not|couldn't|could not|am not able to|'m not able to|"
     r"am unable to|'m unable to|have no way to)\s+(?:\w+\s+){0,1}(?:know|find|tell|say|answer|determine|see|confirm|locate|help with)\b",
     r"\b(?:i|we)\s+(?:don't|do not)\s+have\s+(?:any\s+)?(?:\w+\s+){0,1}(?:information|details?|data|info|answer|record)",
@@ -147,9 +153,9 @@ def answer_recall(response: str, answers: Sequence[str]) -> float | None:
 def abstains(response: str) -> bool:
     """Whether the response says that it (or its source) does not tell, in any of the usual
     wordings ("the document doesn't mention ...", "I'm not sure", "there is no information on
-    ...", "that isn't specified"), rather than asserting an answer. A negative answer ("the
-    museum is not open on Mondays") is not an abstention: every pattern needs a verb of telling
-    or knowing, or a noun of information. A hedge followed by an answer asserts the answer, in
+    ...", "that isn't specified", "no idea", "hard to say"), rather than asserting an answer. A
+    negative answer ("the museum is not open on Mondays") is not an abstention: every pattern
+    needs a verb of telling or knowing, or a noun of information. A hedge followed by an answer asserts the answer, in
     the same sentence ("I'm not sure, but I think it opens at 9") or in a later one that opens
     with a guess ("I don't know. I think it was made out of silver.")."""
     if not isinstance(response, str):
