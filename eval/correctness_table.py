@@ -11,8 +11,7 @@ else of the first file that has one (``--compare``); every file's ``pmi_response
 named after the file. Each response is scored with ``pmi-decode score``'s metrics (correctness,
 PMI-Faith, FaithScore, grammar); every measure is reported per system with the mean paired
 difference against plain decoding and its 90% paired bootstrap interval, over the dialogues every
-system decoded. Writes
-``<name>.json`` and ``<name>.md``.
+system decoded. Writes ``<name>.json`` and ``<name>.md``.
 
 An input may join files with ``+`` (``factual.final.jsonl+factual_heldout.final.jsonl``): one system
 over their dialogues together, to pool data sets decoded alike. Their ids must differ.
@@ -75,15 +74,21 @@ def systems_from_files(files: dict[str, list[dict]], plain: list[dict] | None = 
     """``{system: {id: record-with-response}}`` (plain first) and the dialogues all systems share.
     Plain decoding's responses come from ``plain`` when given (records with ``plain_response``),
     else from the first file where every record has one."""
+    def rows(records, key):
+        return {str(r["id"]): dict(r, response_text=r[key]) for r in records}
+
+    def all_have_plain(records):
+        return all(isinstance(r.get("plain_response"), str) for r in records)
+
     systems: dict[str, dict[str, dict]] = {}
     if plain is not None:
-        if not all(isinstance(r.get("plain_response"), str) for r in plain):
+        if not all_have_plain(plain):
             raise SystemExit("error: --plain: a record has no plain_response: decode the file with --compare")
-        systems[PLAIN] = {str(r["id"]): dict(r, response_text=r["plain_response"]) for r in plain}
+        systems[PLAIN] = rows(plain, "plain_response")
     for name, records in files.items():
-        if PLAIN not in systems and all(isinstance(r.get("plain_response"), str) for r in records):
-            systems[PLAIN] = {str(r["id"]): dict(r, response_text=r["plain_response"]) for r in records}
-        systems[name] = {str(r["id"]): dict(r, response_text=r["pmi_response"]) for r in records}
+        if PLAIN not in systems and all_have_plain(records):
+            systems[PLAIN] = rows(records, "plain_response")
+        systems[name] = rows(records, "pmi_response")
     if PLAIN not in systems:
         raise SystemExit("error: no input file holds plain_response for every record: decode one with --compare")
     shared = set.intersection(*(set(rows) for rows in systems.values()))

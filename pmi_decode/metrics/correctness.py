@@ -155,9 +155,9 @@ def abstains(response: str) -> bool:
     wordings ("the document doesn't mention ...", "I'm not sure", "there is no information on
     ...", "that isn't specified", "no idea", "hard to say"), rather than asserting an answer. A
     negative answer ("the museum is not open on Mondays") is not an abstention: every pattern
-    needs a verb of telling or knowing, or a noun of information. A hedge followed by an answer asserts the answer, in
-    the same sentence ("I'm not sure, but I think it opens at 9") or in a later one that opens
-    with a guess ("I don't know. I think it was made out of silver.")."""
+    needs a verb of telling or knowing, or a noun of information. A hedge followed by an answer
+    asserts the answer, in the same sentence ("I'm not sure, but I think it opens at 9") or in a
+    later one that opens with a guess ("I don't know. I think it was made out of silver.")."""
     if not isinstance(response, str):
         raise ValueError(f"expected a string response, got {type(response).__name__}")
     text = response.replace("\u2019", "'")
