@@ -93,6 +93,12 @@ def systems_from_files(files: dict[str, list[dict]], plain: list[dict] | None = 
         raise SystemExit("error: no input file holds plain_response for every record: decode one with --compare")
     shared = set.intersection(*(set(rows) for rows in systems.values()))
     first = next(iter(systems.values()))
+    for name, rows in systems.items():  # pairing by id is only sound when an id is one dialogue everywhere
+        changed = sorted(i for i in shared if (rows[i].get("document"), rows[i].get("history"))
+                         != (first[i].get("document"), first[i].get("history")))
+        if changed:
+            raise SystemExit(f"error: {name}: dialogue {changed[0]!r} (and {len(changed) - 1} more) has another "
+                             f"document or history than in {next(iter(systems))}: the files are not the same dialogues")
     dialogues = [first[i] for i in sorted(shared)]
     # sorted: the bootstrap draws rows by position, so their order must not depend on set hashing
     return {name: {i: rows[i] for i in sorted(shared)} for name, rows in systems.items()}, dialogues

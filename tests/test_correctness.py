@@ -395,3 +395,6 @@ def test_correctness_table_takes_plain_decoding_from_plain_file():
     assert [r["response_text"] for r in systems["new"].values()] == ["8 pm", "8 pm"]
     with pytest.raises(SystemExit, match="--plain"):
         module.systems_from_files(files, [dict(base, id="a", pmi_response="x")])
+    other_dialogue = [dict(plain[0], history=["Until when on Saturdays?"]), plain[1]]
+    with pytest.raises(SystemExit, match="not the same dialogues"):
+        module.systems_from_files(files, other_dialogue)
