@@ -33,10 +33,10 @@ def slow_score(model, prompt_ids: list[int], response: list[int], end: int, leng
     for i, token in enumerate(kept):
         with torch.no_grad():
             if enc_dec:
-                logits = model(input_ids=torch.tensor([prompt_ids]),
-                               decoder_input_ids=torch.tensor([[start] + kept[:i]])).logits[0, -1]
+                logits = model(input_ids=torch.tensor([prompt_ids], device=model.device),
+                               decoder_input_ids=torch.tensor([[start] + kept[:i]], device=model.device)).logits[0, -1]
             else:
-                logits = model(input_ids=torch.tensor([prompt_ids + kept[:i]])).logits[0, -1]
+                logits = model(input_ids=torch.tensor([prompt_ids + kept[:i]], device=model.device)).logits[0, -1]
         total += float(torch.log_softmax(logits.double(), -1)[token])
     return total, total / max(len(kept), 1) ** length_penalty
 
@@ -75,7 +75,8 @@ def test_recorded_scores_equal_the_slow_reference(kind, path):
     total, length = recorder.totals(seqs, width)
     _, slow_totals = slow_choice(model, inputs, seqs, 3, 3, 1.0)
     tol = 1e-4 if kind == "bloom" else 1e-5
-    torch.testing.assert_close(total, torch.tensor(slow_totals, dtype=torch.float64), rtol=tol, atol=tol)
+    expected = torch.tensor(slow_totals, dtype=torch.float64, device=total.device)
+    torch.testing.assert_close(total, expected, rtol=tol, atol=tol)
     assert bool((length >= 1).all())
 
 

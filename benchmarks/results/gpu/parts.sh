@@ -1,4 +1,4 @@
-# Sourced by run.sh and next_run.sh: the environment, the results folder, and `part`, which runs
+# Sourced by each pass's run.sh: the environment, the results folder, and `part`, which runs
 # one part under its own time limit, logs it, and packs everything so far into $OUT/results.tgz
 # (a run stopped part-way keeps what it measured).
 set -u

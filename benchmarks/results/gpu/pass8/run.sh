@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The eighth GPU pass, sized from the seventh (an H100) to fit one command of under ten minutes:
 #
-#     OUT=/some/folder bash benchmarks/results/gpu/next_run.sh
+#     OUT=/some/folder bash benchmarks/results/gpu/pass8/run.sh   (run as next_run.sh before it ran)
 #
 # What pass 7 left: BART-base on the paired path (1.15-1.33x plain; batch 1's repeats spread by 40%).
 # Since then the paired path gives an encoder-decoder decoder its cross-attention mask as a bias built
