@@ -185,6 +185,32 @@ def test_wrong_fact_precision_and_recall_on_the_sixth_set():
     assert precision >= 0.5 and recall >= 0.6, (precision, recall)
 
 
+def test_wrong_fact_precision_and_recall_on_the_eighth_set():
+    """Written apart from the rules, with describing words and places paired with numbers across an
+    aside; run once before the aside rule (0.625 and 0.75) and once with it (0.68 and 0.75)."""
+    rows = _rows("fact_integrity_eighth.jsonl")
+    pairs = [(bool(wrong_facts(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows]
+    precision, recall = _precision_recall(pairs)
+    assert precision >= 0.65 and recall >= 0.7, (precision, recall)
+
+
+GARDEN = ("The Tressaly Botanic Garden covers 19 hectares. Its Victorian glasshouse, built in 1872, is kept at "
+          "26 degrees Celsius, while the alpine house is kept at 8 degrees Celsius. The rose garden was added in 1931.")
+
+
+@pytest.mark.parametrize("response, wrong", [
+    ("The Victorian glasshouse is kept at 26 degrees Celsius.", False),   # across the aside "built in 1872"
+    ("The alpine house is kept at 8 degrees, while the Victorian glasshouse is kept at 26 degrees.", False),
+    ("The Victorian glasshouse is kept at 8 degrees Celsius.", True),     # 8 degrees is the alpine house's
+    ("The Victorian glasshouse was built in 1931.", True),                # 1931 is the rose garden's
+])
+def test_a_name_and_its_number_across_an_aside(response, wrong):
+    """A name beside a number stands with it in the document across an aside with a number of its
+    own; a clause break (", while ...") still separates them."""
+    found = wrong_facts(GARDEN, ["Tell me about the glasshouses."], response)
+    assert bool(found) == wrong, found
+
+
 OFFICE = ("The Marrowfield line's single ticket costs 7.80 euros and a day return costs 12.50 euros. Doors open at "
           "7:00 pm and the concert starts at 7:45 pm. Bookings must be made at least 48 hours in advance, and "
           "cancellations within 7 days are not refunded. The resort has 34 runs across 410 hectares, served by 9 "

@@ -44,6 +44,9 @@ WRONG_FACT_SETS = [
     ("seventh set (written apart from the rules, with more name swaps, while the person rule was written; run once: "
      "the rules before the revision measure 0.923 / 0.600 on it, the revision without the person rule "
      "0.929 / 0.650)", "fact_integrity_seventh.jsonl"),
+    ("eighth set (written apart from the rules, with describing words and places paired with numbers across an "
+     "aside, after a false alarm of that kind was found in a generation; run once with the rules before that fix "
+     "(`--rules-of 38a7e96`) and once with it)", "fact_integrity_eighth.jsonl"),
 ]
 ABSTENTION_SETS = [
     ("dev (written first; the rules were tuned on it)", "abstention_labels.jsonl"),

@@ -472,7 +472,7 @@ def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> s
         units[k], parsed, spans[k])
     for other, joined in mates:
         if not found[other] or units[other]["label"] == "ORDINAL" or (
-                not joined and not (units[other]["numeric"] or units[other]["label"] in _VAGUE_LABELS)):
+                not joined and not _pairs_up(units[other])):
             # a name in the same clause is usually the topic ("the library is open until 8 pm"),
             # stated in another sentence of the document: only numbers and dates pair up
             continue  # the partner is wrong on its own account, or an ordinal word ("the first train")
@@ -481,12 +481,22 @@ def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> s
         # two dates without a number ("the start of April through to the end of October") take
         # the document's days between them ("1 April to 31 October")
         free = not units[k]["numeric"] and not units[other]["numeric"]
-        if not any(s == t and _adjacent(doc_sentences[s], (lo, hi), (olo, ohi), None if free else allowed)
+        # a name and a number may stand further apart, across an aside with numbers of its own
+        # ("its Victorian glasshouse, built in 1872, is kept at 26 degrees"), but in one clause
+        aside = not joined and not _pairs_up(units[k])
+        if not any(s == t and _adjacent(doc_sentences[s], (lo, hi), (olo, ohi), None if free or aside else allowed,
+                                        _ABOUT_REACH if aside else _CLAUSE_REACH)
                    for s, (lo, hi) in places for t, (olo, ohi) in found[other]):
             return f"{'joined with' if joined else 'not with'} {units[other]['text']!r}"
     if numeric and _said_of_something_else(k, units, spans, places, parsed, doc_sentences):
         return "said of something else"
     return None
+
+
+def _pairs_up(unit: dict) -> bool:
+    """Whether a unit is a number, a date or a time: the partners that a clause's units must
+    be stated with in the document (a name beside them is usually the clause's topic)."""
+    return bool(unit["numeric"]) or unit["label"] in _VAGUE_LABELS
 
 
 def _anchored(j, units, spans, found, parsed, doc_sentences) -> bool:
@@ -645,13 +655,14 @@ def _signs(forms) -> set[str]:
     return {sign for sign, words in _SIGN_WORDS.items() if sign in forms or not forms.isdisjoint(words)}
 
 
-def _adjacent(sentence: tuple, first: tuple[int, int], second: tuple[int, int], allowed: set | None) -> bool:
-    """Whether two occurrences stand in one clause of a document sentence: within
-    ``_CLAUSE_REACH`` tokens, with no clause break between them and no number but the response
-    clause's own (``allowed``) - "250 grams of ricotta, 180 grams of sugar, 3 eggs, 200 grams of
+def _adjacent(sentence: tuple, first: tuple[int, int], second: tuple[int, int], allowed: set | None,
+              reach: int = _CLAUSE_REACH) -> bool:
+    """Whether two occurrences stand in one clause of a document sentence: within ``reach``
+    tokens, with no clause break between them and no number but the response clause's own
+    (``allowed``; None: any) - "250 grams of ricotta, 180 grams of sugar, 3 eggs, 200 grams of
     flour" does not give 200 grams of ricotta."""
     lo, hi = (first[1] + 1, second[0]) if second[0] > first[1] else (second[1] + 1, first[0])
-    if hi - lo > _CLAUSE_REACH:
+    if hi - lo > reach:
         return False
     for j in range(lo, hi):
         forms = sentence[j]
