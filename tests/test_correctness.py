@@ -72,6 +72,10 @@ def test_recited_share_counts_words_past_the_answering_sentence():
     "There's no way to tell from the passage.",
     "Hard to say from the article.",
     "The article does not answer this question.",
+    "The flyer lists the opening hours and the address, but it says nothing about gluten-free bread.",
+    "Can't say from this.",
+    "The pamphlet covers when the tower was built, but not who designed it.",
+    "The page doesn't list the fee, but it says to ask at the front desk.",
 ])
 def test_abstentions(response):
     assert abstains(response)
@@ -92,6 +96,11 @@ def test_abstentions(response):
     "It is hard to say goodbye to summer, but the pool closes on 1 September.",
     "There is no way to get there by train.",
     "He did not answer the phone.",
+    "It's hard to say for sure from this, but it looks like they deliver within the city.",
+    "The document doesn't give an exact date, but it says the lighthouse was finished in the 1850s.",
+    "The fare page doesn't say. My best estimate would be 28 inches.",
+    "The brochure doesn't state the price. It's probably around 50 euros.",
+    "The menu lists the lunch prices but not the dinner ones: lunch is 12 euros.",
 ])
 def test_answers_are_not_abstentions(response):
     assert not abstains(response)
@@ -406,6 +415,16 @@ def test_detectors_on_the_untouched_final_sets():
     said = _rows("abstention_final.jsonl")
     p, r = _precision_recall([(abstains(x["response"]), x["abstains"]) for x in said])
     assert p >= 0.9 and r >= 0.85, (p, r)
+
+
+def test_abstention_on_the_fourth_and_fifth_sets():
+    """Both written apart from the rules: the fourth's errors were read and the rules widened on
+    them (0.74 / 0.85 at its first run, 0.90 / 0.95 after); the fifth was run once, after (0.91 /
+    1.00; the rules before the widening: 0.83 / 1.00)."""
+    for name, floor in (("abstention_fourth.jsonl", (0.85, 0.9)), ("abstention_fifth.jsonl", (0.85, 0.95))):
+        rows = _rows(name)
+        p, r = _precision_recall([(abstains(x["response"]), x["abstains"]) for x in rows])
+        assert p >= floor[0] and r >= floor[1], (name, p, r)
 
 
 def test_correctness_table_takes_plain_decoding_from_plain_file():

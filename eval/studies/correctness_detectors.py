@@ -53,6 +53,12 @@ ABSTENTION_SETS = [
     ("second set (looked at once, then the number-word and abstention rules were widened)",
      "abstention_heldout.jsonl"),
     ("final set (untouched until its first run; no rule changed since)", "abstention_final.jsonl"),
+    ("fourth set (written apart from the rules; its first run gave precision 0.739 and recall 0.85, then its "
+     "errors were read and the rules widened: guesses that open 'my best estimate' or 'it's probably', answers "
+     "after 'but it looks like' or 'but it says', 'says nothing about', 'can't say', 'covers X but not Y')",
+     "abstention_fourth.jsonl"),
+    ("fifth set (written apart from the rules while they were widened on the fourth; run once, after)",
+     "abstention_fifth.jsonl"),
 ]
 
 

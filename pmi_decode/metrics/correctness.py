@@ -92,12 +92,16 @@ _ABSTAIN_PATTERNS = [
     rf"\b(?:no|nothing)\b[^.?!]{{0,40}}\b(?:in|on)\s+(?:the|this|that)\s+{_SOURCE}\b",
     r"\bnot\s+(?:something|a detail|a thing|anything)\s+(?:that\s+)?(?:the|this|i|we)\b[^.?!]{0,30}\b(?:cover|mention|say|know|have)",
     r"\bcan't (?:help|answer) (?:you )?with that\b",
+    rf"\b{_TELL}\s+nothing\s+(?:about|on|of|regarding|as to)\b",
+    r"^\W*(?:can't|cannot|can not|couldn't)\s+(?:really\s+)?(?:say|tell)\b",
+    rf"\b(?:it|they|the\s+\w+|this\s+\w+)\s+{_TELL}\b[^.?!]{{0,80}}\bbut\s+not\s+(?:who|what|when|where|why|how|which|whether)\b",
 ]
 _ABSTAIN = [re.compile(p, re.IGNORECASE) for p in _ABSTAIN_PATTERNS]
 # "I'm not sure, but I think it opens at 9" / "I don't know, but I'm pretty sure it was Bohemond": a
 # hedge followed by an answer asserts the answer.
 _HEDGED_ANSWER = re.compile(r"\bbut\s+(?:i\s+(?:think|believe|guess|suppose|would say)|"
-                            r"(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|it(?:'s| is| was| should)|"
+                            r"(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|it(?:'s| is| was| should| looks| seems| appears)|"
+                            rf"(?:it|the\s+\w+)\s+(?:says|states|mentions|notes|lists|shows|gives)\b(?!\s+(?:to|nothing|no)\b)|"
                             r"there(?:'s| is| are| should)|they(?:'re| are| should)|probably|likely|maybe|perhaps|"
                             r"roughly|about|around|usually|most likely)\b", re.IGNORECASE)
 # "I don't know. I think it was made out of silver.": a sentence that opens with a guess, after the
@@ -108,7 +112,9 @@ _ADVICE = (r"(?!\s*,?\s*(?:you\b|ask|check|contact|try|call|visit|look|consider|
            r"(?:best|better|worth|wise|a\s+good\s+idea)\b|we\b|i\s+(?:can|could|would|will)\b|i'd\b|i'll\b))")
 _GUESS_OPENING = re.compile(r"^\W*(?:(?:but|and|so|though|still)\b,?\s*)?(?:i\s+(?:think|believe|guess|suppose|would say)|"
                             r"i'd say|(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|"
-                            r"my\s+(?:best\s+)?guess(?:\s+(?:is|would be))?|probably|maybe|perhaps|possibly|most likely|"
+                            r"my\s+(?:best\s+)?(?:guess|estimate)(?:\s+(?:is|would be))?|i(?:'d| would)\s+(?:guess|estimate)|"
+                            r"(?:it|that|they)(?:'s|'re|\s+is|\s+are|\s+was)\s+(?:probably|likely|most likely|possibly|perhaps)|"
+                            r"probably|maybe|perhaps|possibly|most likely|"
                             rf"(?:it|that)\s+(?:might|may|could|must)\s+(?:be|have been))\b{_ADVICE}", re.IGNORECASE)
 
 
@@ -153,11 +159,13 @@ def answer_recall(response: str, answers: Sequence[str]) -> float | None:
 def abstains(response: str) -> bool:
     """Whether the response says that it (or its source) does not tell, in any of the usual
     wordings ("the document doesn't mention ...", "I'm not sure", "there is no information on
-    ...", "that isn't specified", "no idea", "hard to say"), rather than asserting an answer. A
+    ...", "that isn't specified", "no idea", "hard to say", "it says nothing about ...", "it covers
+    when, but not who"), rather than asserting an answer. A
     negative answer ("the museum is not open on Mondays") is not an abstention: every pattern
     needs a verb of telling or knowing, or a noun of information. A hedge followed by an answer
-    asserts the answer, in the same sentence ("I'm not sure, but I think it opens at 9") or in a
-    later one that opens with a guess ("I don't know. I think it was made out of silver.")."""
+    asserts the answer, in the same sentence ("I'm not sure, but I think it opens at 9", "... but
+    it says it was finished in the 1850s") or in a later one that opens with a guess ("I don't
+    know. I think it was made out of silver.", "My best estimate would be 28 inches")."""
     if not isinstance(response, str):
         raise ValueError(f"expected a string response, got {type(response).__name__}")
     text = response.replace("\u2019", "'")
