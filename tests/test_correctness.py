@@ -196,11 +196,21 @@ def test_wrong_fact_precision_and_recall_on_the_sixth_set():
 
 def test_wrong_fact_precision_and_recall_on_the_eighth_set():
     """Written apart from the rules, with describing words and places paired with numbers across an
-    aside; run once before the aside rule (0.625 and 0.75) and once with it (0.68 and 0.75)."""
+    aside; run once before the aside rule (0.625 and 0.75) and once with it (0.68 and 0.75); its
+    errors were read since (0.71 and 0.75 with the rules widened on them)."""
     rows = _rows("fact_integrity_eighth.jsonl")
     pairs = [(bool(wrong_facts(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows]
     precision, recall = _precision_recall(pairs)
     assert precision >= 0.65 and recall >= 0.7, (precision, recall)
+
+
+def test_wrong_fact_precision_and_recall_on_the_ninth_set():
+    """Written apart from the rules and run once, before and after the rules were widened on the
+    eighth set's errors: 0.70 and 0.70 both times."""
+    rows = _rows("fact_integrity_ninth.jsonl")
+    pairs = [(bool(wrong_facts(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows]
+    precision, recall = _precision_recall(pairs)
+    assert precision >= 0.65 and recall >= 0.65, (precision, recall)
 
 
 GARDEN = ("The Tressaly Botanic Garden covers 19 hectares. Its Victorian glasshouse, built in 1872, is kept at "
@@ -274,6 +284,17 @@ def test_number_words_with_hundreds_become_digits():
     assert _compound_numbers("two hundred and ten pounds") == "210 pounds"
     assert _compound_numbers("three hundred and forty-five") == "345"
     assert _compound_numbers("two hundred and 30 people") == "230 people"
+    assert _compound_numbers("one thousand one hundred and fifty delegates") == "1150 delegates"
+    assert _compound_numbers("three thousand and five") == "3005"
+    assert _compound_numbers("twenty-one thousand fans") == "21000 fans"
+
+
+def test_a_number_the_document_leaves_bare_may_name_what_it_counts():
+    """"seats 85" at the end of its clause counts nothing named: "seats eighty-five people" says
+    the same; "3 books" where the document says "12 books for 3 weeks" is still caught."""
+    page = "The Net Loft, a former fish store, seats 85. The main hall seats 240 people."
+    assert wrong_facts(page, ["How big is the Net Loft?"], "The Net Loft seats eighty-five people.") == []
+    assert wrong_facts(LIBRARY, ["How many books?"], "Members can borrow up to 3 books.")
 
 
 @pytest.mark.parametrize("name, every_answer_a_span", [("factual_dialogues.jsonl", True),

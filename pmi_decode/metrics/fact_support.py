@@ -242,6 +242,8 @@ _SMALL = {w: int(v) for w, v in _NUMBER_WORDS.items() if int(v) < 20}
 _UNIT = r"(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|" \
         r"sixteen|seventeen|eighteen|nineteen|\d+)"
 _HUNDREDS = re.compile(_UNIT + r" hundred(?: and)?(?: " + _UNIT + r")?\b", re.IGNORECASE)
+_UNIT_WORD = _UNIT[1:-1].replace("|\\d+", "")
+_THOUSANDS = re.compile(rf"\b(\d{{1,3}}|{_UNIT_WORD}) thousand(?:,? (?:and )?(\d{{1,3}}|{_UNIT_WORD})\b)?", re.IGNORECASE)
 _AND_A_HALF = re.compile(_UNIT + r" and a half\b", re.IGNORECASE)
 _PAST = re.compile(r"\b(?:a )?(quarter|half) past " + _UNIT + r"\b", re.IGNORECASE)
 _TO = re.compile(r"\b(?:a )?quarter to " + _UNIT + r"\b", re.IGNORECASE)
@@ -253,7 +255,8 @@ def _small(word: str) -> int:
 
 def _compound_numbers(text: str) -> str:
     """Numbers written in words as digits, so that they match the document's digits:
-    "ninety-three" -> "93", "two hundred and thirty" -> "230", "four and a half" -> "4.5",
+    "ninety-three" -> "93", "two hundred and thirty" -> "230", "one thousand one hundred and
+    fifty" -> "1150", "four and a half" -> "4.5",
     "half past eight" -> "8:30", "a quarter to seven" -> "6:45"."""
     def tens(match):
         return str((_TENS.index(match.group(1).lower()) + 2) * 10 + int(_NUMBER_WORDS[match.group(2).lower()]))
@@ -262,6 +265,7 @@ def _compound_numbers(text: str) -> str:
     text = re.sub(r"\b(" + "|".join(_TENS) + r")\b", lambda m: str((_TENS.index(m.group(1).lower()) + 2) * 10),
                   text, flags=re.IGNORECASE)
     text = _HUNDREDS.sub(lambda m: str(100 * _small(m.group(1)) + (_small(m.group(2)) if m.group(2) else 0)), text)
+    text = _THOUSANDS.sub(lambda m: str(1000 * _small(m.group(1)) + (_small(m.group(2)) if m.group(2) else 0)), text)
     text = _AND_A_HALF.sub(lambda m: f"{_small(m.group(1))}.5", text)
     text = _PAST.sub(lambda m: f"{_small(m.group(2))}:{15 if m.group(1).lower() == 'quarter' else 30}", text)
     return _TO.sub(lambda m: f"{(_small(m.group(1)) - 2) % 12 + 1}:45", text)
@@ -462,7 +466,7 @@ def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> s
     noun = _counted_noun(parsed, spans[k]) if numeric else None
     if noun is not None and any(_has(sentence, noun) for sentence in doc_sentences):
         places = [(s, (lo, hi)) for s, (lo, hi) in places
-                  if _noun_follows(doc_sentences[s], noun, hi)]
+                  if _noun_follows(doc_sentences[s], noun, hi) or _ends_its_clause(doc_sentences[s], hi)]
         if not places:
             return "counted noun"
     if units[k]["label"] == "ORDINAL":
@@ -503,6 +507,13 @@ def _anchored(j, units, spans, found, parsed, doc_sentences) -> bool:
     """Whether number unit ``j`` has a counted noun that follows it in the document."""
     noun = _counted_noun(parsed, spans[j]) if units[j]["numeric"] and spans[j] is not None else None
     return noun is not None and any(_noun_follows(doc_sentences[s], noun, hi) for s, (lo, hi) in found[j])
+
+
+def _ends_its_clause(sentence: tuple, hi: int) -> bool:
+    """Whether a document number counts nothing named after it: it ends its sentence or clause
+    ("the Net Loft seats 85."; "a joining fee of £15"), so a response that names what it counts
+    ("seats 85 people") paraphrases rather than contradicts it."""
+    return hi + 1 >= len(sentence) or sentence[hi + 1] is _BREAK
 
 
 def _noun_follows(sentence: tuple, noun: tuple, hi: int) -> bool:

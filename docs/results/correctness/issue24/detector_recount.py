@@ -4,8 +4,8 @@ its own record's document and history).
 
     python docs/results/correctness/issue24/detector_recount.py abstains 7cd0d53 \
         > docs/results/correctness/issue24/abstain_recount.json
-    python docs/results/correctness/issue24/detector_recount.py wrong_facts 4392af4 \
-        > docs/results/correctness/issue24/wrong_fact_recount.json
+    python docs/results/correctness/issue24/detector_recount.py wrong_facts 38a7e96 \
+        > docs/results/correctness/issue24/wrong_fact_recount.json   # and cfa0108 > ..._cfa0108.json
 
 ``abstains`` is :func:`pmi_decode.metrics.correctness.abstains` (a verdict per text);
 ``wrong_facts`` is :func:`pmi_decode.metrics.fact_support.wrong_facts` (the verdict is whether it
