@@ -5,13 +5,19 @@
         > docs/results/correctness/detectors_before_revision.json   # the rules as of a commit
     python eval/studies/correctness_detectors.py --rules-of fb0110e \
         > docs/results/correctness/detectors_first_revision.json    # before the person rule
+    python eval/studies/correctness_detectors.py --rules-of 38a7e96 \
+        > docs/results/correctness/detectors_38a7e96.json           # before the aside rule
+    python eval/studies/correctness_detectors.py --rules-of 537b20a \
+        > docs/results/correctness/detectors_537b20a.json           # before the eighth and fourth sets' changes
 
 The sets, in the order they were written (tests/fixtures/correctness/): a development set the
 rules were tuned on, a second set looked at once (the number-word and abstention rules were
 widened after it), a third ("final") set nobody looked at before its first run, and for the
-wrong-fact rules four more sets written apart from the rules, when the rules were revised to
-compare a number's clause with the clauses of the document's other numbers of its kind. Each
-label says when the set was first run and what it measured then.
+wrong-fact rules six more sets written apart from the rules (from when the rules were revised to
+compare a number's clause with the clauses of the document's other numbers of its kind), for the
+abstention rules two more. Each label says when the set was first run and what it measured then.
+(The first two files above hold the wrong-fact rules only: they were written before ``--rules-of``
+measured the abstention rules of the revision too.)
 """
 import argparse
 import importlib.util
@@ -80,34 +86,36 @@ def rows(name: str) -> list[dict]:
     return [json.loads(line) for line in (FIXTURES / name).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def rules_of(revision: str):
-    """``wrong_facts`` as the fact-support module of a git revision wrote it (loaded beside the
-    package, so its relative imports resolve to today's helpers)."""
+def rules_of(revision: str, module: str):
+    """``pmi_decode.metrics.<module>`` as a git revision wrote it (loaded beside the package, so
+    its relative imports resolve to today's helpers)."""
     root = FIXTURES.parents[2]
-    text = subprocess.run(["git", "show", f"{revision}:pmi_decode/metrics/fact_support.py"], cwd=root,
+    text = subprocess.run(["git", "show", f"{revision}:pmi_decode/metrics/{module}.py"], cwd=root,
                           capture_output=True, text=True, check=True).stdout
-    path = Path(tempfile.mkdtemp()) / "fact_support_then.py"
+    path = Path(tempfile.mkdtemp()) / f"{module}_then.py"
     path.write_text(text, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("pmi_decode.metrics.fact_support_then", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.wrong_facts
+    spec = importlib.util.spec_from_file_location(f"pmi_decode.metrics.{module}_then", path)
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = loaded
+    spec.loader.exec_module(loaded)
+    return loaded
 
 
 def main(revision: str | None = None) -> dict:
-    check = rules_of(revision) if revision else wrong_facts
-    out = {"wrong_facts": {}, "abstains": {}} if not revision else {"rules_of": revision, "wrong_facts": {}}
+    facts = rules_of(revision, "fact_support").wrong_facts if revision else wrong_facts
+    said = rules_of(revision, "correctness").abstains if revision else abstains
+    out = ({"rules_of": revision} if revision else {}) | {"wrong_facts": {}, "abstains": {}}
     for label, name in WRONG_FACT_SETS:
-        pairs = [(bool(check(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows(name)]
+        pairs = [(bool(facts(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows(name)]
         out["wrong_facts"][label] = dict(file=name, **precision_recall(pairs))
-    for label, name in ([] if revision else ABSTENTION_SETS):
-        pairs = [(abstains(r["response"]), r["abstains"]) for r in rows(name)]
+    for label, name in ABSTENTION_SETS:
+        pairs = [(said(r["response"]), r["abstains"]) for r in rows(name)]
         out["abstains"][label] = dict(file=name, **precision_recall(pairs))
     return out
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rules-of", metavar="REVISION", help="measure the wrong-fact rules of this git revision")
+    parser.add_argument("--rules-of", metavar="REVISION",
+                        help="measure the wrong-fact and abstention rules of this git revision")
     print(json.dumps(main(parser.parse_args().rules_of), indent=1))
