@@ -370,15 +370,34 @@ def test_squad2_loader_reads_the_official_format():
         load_dialogues("squad2", "test", Path(__file__).parent / "fixtures" / "squad2")
 
 
-def _correctness_table():
-    """eval/correctness_table.py, loaded as a module (the eval scripts are not a package)."""
+def _script(relative: str, name: str):
+    """An eval script, loaded as a module (the eval scripts are not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("correctness_table",
-                                                  Path(__file__).parents[1] / "eval" / "correctness_table.py")
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / relative)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _correctness_table():
+    return _script("eval/correctness_table.py", "correctness_table")
+
+
+def test_detector_study_loads_the_rules_of_a_revision():
+    """--rules-of loads both detectors as a commit wrote them (here HEAD's: plain cases every
+    version judges alike, so that uncommitted work on the rules does not fail it)."""
+    import subprocess
+
+    root = Path(__file__).parents[1]
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True).returncode != 0:
+        pytest.fail("the detector study reads old rules from git history; this checkout has none")
+    study = _script("eval/studies/correctness_detectors.py", "correctness_detectors")
+    then_abstains = study.rules_of("HEAD", "correctness").abstains
+    then_wrong = study.rules_of("HEAD", "fact_support").wrong_facts
+    assert then_abstains("The document doesn't mention it.") and not then_abstains("It opens at 9 am.")
+    assert then_wrong(LIBRARY, ["When?"], "It is open Monday to Friday from 9 am to 4 pm.")
+    assert then_wrong(LIBRARY, ["When?"], "It closes at 8 pm on weekdays.") == []
 
 
 def test_correctness_table_paired_bootstrap():
