@@ -230,6 +230,7 @@ _CLAUSE_BREAKS = frozenset({",", ";", ":", "and", "but", "or", "while", "whereas
 #: What ends a clause in a document sentence (commas do not: "9 am to 5 pm, Tuesday to Sunday").
 _DOC_BREAKS = frozenset({"and", "or", "but", ";", "whereas", "while"})
 _BREAK = frozenset({"|"})
+_COMMA = "<,>"
 #: Words of a date that place it within a period rather than name it.
 _CALENDAR_WORDS = frozenset({"start", "end", "beginning", "begin", "middle", "mid", "early", "late", "close"})
 _TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
@@ -290,9 +291,14 @@ def _counts(token) -> bool:
 @lru_cache(maxsize=4096)
 def _source_sentences(text: str, nlp) -> tuple[tuple[frozenset, ...], ...]:
     """Each sentence of a source as the forms of its tokens, in order (cached per text); a token
-    that ends a clause ("and", ";") is the lone form ``"|"``, other punctuation is left out."""
-    return tuple(tuple(_BREAK if t.text.lower() in _DOC_BREAKS and not _in_a_list(t) else _token_forms(t)
-                       for t in nlp(sentence) if _counts(t) or t.text.lower() in _DOC_BREAKS)
+    that ends a clause ("and", ";") is the lone form ``"|"``, other punctuation is left out, and a
+    token that a comma follows carries the form ``_COMMA`` (which matches no word)."""
+    def forms(t):
+        if t.text.lower() in _DOC_BREAKS and not _in_a_list(t):
+            return _BREAK
+        comma = t.i + 1 < len(t.doc) and t.nbor(1).text == ","
+        return _token_forms(t) | {_COMMA} if comma else _token_forms(t)
+    return tuple(tuple(forms(t) for t in nlp(sentence) if _counts(t) or t.text.lower() in _DOC_BREAKS)
                  for sentence in sentences(_compound_numbers(text)))
 
 
@@ -319,6 +325,12 @@ def _doc_clause(sentence: tuple, lo: int, hi: int, through: frozenset = frozense
     b = hi + 1
     while b < len(sentence) and b - hi <= 2 * _CLAUSE_REACH and not stop(b, -1):
         b += 1
+    if b < len(sentence) and sentence[b] is not _BREAK and number(b):
+        # a list of items and their values ("loaves cost £4.80, cinnamon buns £2.60"): what
+        # follows the comma after this value is said of the next one
+        comma = next((j for j in range(hi, b) if _COMMA in sentence[j]), None)
+        if comma is not None:
+            b = comma + 1
     return range(a, b)
 
 
