@@ -204,6 +204,14 @@ def test_wrong_fact_precision_and_recall_on_the_eighth_set():
     assert precision >= 0.65 and recall >= 0.7, (precision, recall)
 
 
+def test_wrong_fact_precision_and_recall_on_the_tenth_set():
+    """Written apart from the rules after the list rule and run once: 0.75 and 0.60."""
+    rows = _rows("fact_integrity_tenth.jsonl")
+    pairs = [(bool(wrong_facts(r["document"], r["history"], r["response"])), r["wrong_fact"]) for r in rows]
+    precision, recall = _precision_recall(pairs)
+    assert precision >= 0.7 and recall >= 0.55, (precision, recall)
+
+
 def test_wrong_fact_precision_and_recall_on_the_ninth_set():
     """Written apart from the rules and run before and after the rules were widened on the eighth
     set's errors (0.70 and 0.70 both times), then with the list rule (0.74 and 0.70)."""
@@ -482,11 +490,12 @@ def test_detectors_on_the_untouched_final_sets():
     assert p >= 0.9 and r >= 0.85, (p, r)
 
 
-def test_abstention_on_the_fourth_and_fifth_sets():
-    """Both written apart from the rules: the fourth's errors were read and the rules widened on
-    them (0.74 / 0.85 at its first run, 0.90 / 0.95 after); the fifth was run once, after (0.91 /
-    1.00; the rules before the widening: 0.83 / 1.00)."""
-    for name, floor in (("abstention_fourth.jsonl", (0.85, 0.9)), ("abstention_fifth.jsonl", (0.85, 0.95))):
+def test_abstention_on_the_fourth_to_sixth_sets():
+    """Written apart from the rules: the fourth's errors were read and the rules widened on them
+    (0.74 / 0.85 at its first run, 0.90 / 0.95 after); the fifth was run once, after (0.91 / 1.00;
+    the rules before the widening: 0.83 / 1.00); the sixth, written after, once (0.86 / 0.90)."""
+    for name, floor in (("abstention_fourth.jsonl", (0.85, 0.9)), ("abstention_fifth.jsonl", (0.85, 0.95)),
+                        ("abstention_sixth.jsonl", (0.8, 0.85))):
         rows = _rows(name)
         p, r = _precision_recall([(abstains(x["response"]), x["abstains"]) for x in rows])
         assert p >= floor[0] and r >= floor[1], (name, p, r)
