@@ -10,9 +10,13 @@ tokens of both compared.
 - ``cross-attention-bias``: an encoder-decoder model's paired path hands the decoder its padding
   mask as a bias built once per call (``pmi_decode.generation.CrossAttentionBias``); ``mask`` is the
   2-D mask that transformers turns into a mask at every step.
+- ``step-graph``: the paired and packed steps' scoring recorded once as a CUDA graph and replayed
+  (``pmi_decode.step_graph``; shipped off until this comparison says it pays); ``eager`` runs
+  every kernel from the host, as shipped.
 
     python benchmarks/switch_ab.py --switch generated-reorder --model embedded --batch 1 --output-dir DIR   (CPU)
     python benchmarks/switch_ab.py --switch cross-attention-bias --model bart-base --device cuda --beams 1 --output-dir DIR
+    python benchmarks/switch_ab.py --switch step-graph --model gpt2-small --device cuda --beams 1 --output-dir DIR
 """
 
 from __future__ import annotations
@@ -28,15 +32,19 @@ import torch
 
 import pmi_decode.generation
 import pmi_decode.packed
+import pmi_decode.step_graph
 from pmi_decode import pmi_generate
 from pmi_decode.experiments.benchmarking import random_dialogue_inputs, random_weight_model
 
-# switch: (name with it on, name with it off, pmi_generate's options, (module, attribute, value when off))
+# switch: (name with it on, name with it off, pmi_generate's options, (module, attribute, value when off),
+#          (module, attribute, value when on) or None where the library ships it on)
 SWITCHES = {
     "generated-reorder": ("generated", "whole", dict(packed=True),
-                          (pmi_decode.packed, "generated_positions_reorder", lambda *a, **k: None)),
+                          (pmi_decode.packed, "generated_positions_reorder", lambda *a, **k: None), None),
     "cross-attention-bias": ("bias", "mask", dict(),
-                             (pmi_decode.generation, "ADDITIVE_MASK_MODEL_TYPES", ())),
+                             (pmi_decode.generation, "ADDITIVE_MASK_MODEL_TYPES", ()), None),
+    "step-graph": ("graph", "eager", dict(),
+                   (pmi_decode.step_graph, "GRAPHED_ON", ()), (pmi_decode.step_graph, "GRAPHED_ON", ("cuda",))),
 }
 
 
@@ -52,18 +60,20 @@ def main(argv=None, switch: str | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--output-dir", required=True)
     args = parser.parse_args(argv)
-    on, off, options, (module, attribute, off_value) = SWITCHES[args.switch]
+    on, off, options, off_patch, on_patch = SWITCHES[args.switch]
     model = random_weight_model(args.model, args.device, dtype=args.dtype)
     inputs = random_dialogue_inputs(model, "topicalchat", args.batch, args.device)
     kwargs = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, num_beams=args.beams)
 
-    def switched_off():
-        with mock.patch.object(module, attribute, off_value):
+    def switched(patch):
+        if patch is None:
+            return pmi_generate(model, inputs, **options, **kwargs)
+        with mock.patch.object(*patch):
             return pmi_generate(model, inputs, **options, **kwargs)
 
     runs = {"plain": lambda: model.generate(**inputs["conditional"], **kwargs),
-            on: lambda: pmi_generate(model, inputs, **options, **kwargs),
-            off: switched_off}
+            on: lambda: switched(on_patch),
+            off: lambda: switched(off_patch)}
 
     def sync():
         if args.device.startswith("cuda"):

@@ -9,12 +9,14 @@ step of any other; :func:`conditional_half` takes the answers back from ``genera
 
 from __future__ import annotations
 
+import functools
 import weakref
 
 import torch
 
 from .forward_watch import ForwardLog
 from .model_calls import left_padded, padding_id
+from .step_graph import StepGraph, graphed
 
 __all__ = ["stack_inputs", "conditional_half", "StackedBatch", "StepChecks", "STACK_FIX", "CHECK_EVERY"]
 
@@ -147,6 +149,7 @@ class StackedBatch:
         self.model = weakref.ref(model)
         self._expanded: dict = {}  # the prompts repeated for the last number of copies per row seen
         self.checks = StepChecks()
+        self._graph: StepGraph | None = None  # the step recorded as a graph, where it is
 
     @property
     def width(self) -> int:
@@ -192,11 +195,14 @@ class StackedBatch:
         return width
 
     def step(self, input_ids: torch.LongTensor, scores: torch.Tensor, log: ForwardLog, conditional_processors,
-             score) -> torch.Tensor:
+             score, graph_safe: bool = False) -> torch.Tensor:
         """One paired step: check the batch and that both halves decoded the same tokens, apply
         ``conditional_processors`` to the conditional half, and give both halves
         ``score(conditional scores, unconditional log-probs)``, where the second argument is a
-        callable that ``score`` calls only if it needs the document-free distribution."""
+        callable that ``score`` calls only if it needs the document-free distribution.
+        ``graph_safe``: ``score`` reads no value on the host and keeps no state between steps, so
+        a small step on a device of :data:`~pmi_decode.step_graph.GRAPHED_ON` may be recorded as a
+        CUDA graph (:mod:`pmi_decode.step_graph`: same kernels, same scores)."""
         start = self.shared_start(input_ids, log)
         if getattr(self.model(), "training", False):
             raise ValueError("model is in training mode: call model.eval() so both halves see the same model")
@@ -210,12 +216,28 @@ class StackedBatch:
         cond = scores[:half]
         if len(conditional_processors):
             cond = conditional_processors(input_ids[:half], cond)
-        out = score(cond, lambda: self._half_log_probs(scores[half:]))
+        if graph_safe and graphed(scores.device, scores.numel()):
+            if self._graph is None:
+                self._graph = StepGraph(functools.partial(_both_halves, score))
+            both, *nan = self._graph(cond, scores[half:])
+        else:
+            both, *nan = _both_halves(score, cond, scores[half:])
+        for flag in nan:
+            self.checks.require(flag, "paired PMIDecode: the unconditional half's scores hold NaN")
         self.checks.step_done()
-        return torch.cat([out, out], dim=0)
+        return both
 
-    def _half_log_probs(self, scores: torch.Tensor) -> torch.Tensor:
-        """The unconditional half's log-probabilities; refuses NaN."""
-        lp_u = torch.log_softmax(scores, dim=-1)
-        self.checks.require(torch.isnan(lp_u).any(), "paired PMIDecode: the unconditional half's scores hold NaN")
+
+def _both_halves(score, cond: torch.Tensor, uncond: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The step's scores for both halves, ``score(cond, document-free log-probs)`` twice, and,
+    where ``score`` asked for the document-free log-probs, whether they hold NaN: a pure
+    function of the two halves' scores, which :class:`~pmi_decode.step_graph.StepGraph` can record."""
+    flags = []
+
+    def log_probs() -> torch.Tensor:
+        lp_u = torch.log_softmax(uncond, dim=-1)
+        flags.append(torch.isnan(lp_u).any())
         return lp_u
+
+    out = score(cond, log_probs)
+    return (torch.cat([out, out], dim=0), *flags)

@@ -21,6 +21,7 @@ functions, the model-call helpers, the paired-batch helpers) are re-exported fro
 
 from __future__ import annotations
 
+import functools
 import importlib
 import warnings
 import weakref
@@ -40,6 +41,7 @@ from .paired import conditional_half as _conditional_half, stack_inputs as _stac
 from .scores import conditional_end_scores as _conditional_end_scores, nucleus_mask as _nucleus_mask
 from .scores import plausible_mask as _plausible_mask, pmi_scores as _pmi_scores
 from .scores import pmi_candidates as _pmi_candidates, single_candidate_scores as _single_candidate_scores
+from .step_graph import StepGraph as _StepGraph, graphed as _graphed
 from .validation import validate_alpha_p as _validate_alpha_p, validate_plausibility as _validate_plausibility
 from .validation import validate_alpha_with_cap as _validate_alpha_with_cap
 from .validation import validate_pmi_cap as _validate_pmi_cap
@@ -73,6 +75,11 @@ def _end_token_ids(value) -> torch.Tensor:
     if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
         raise ValueError(f"eos_token_id must be a token id or a list of token ids, got {value!r}")
     return torch.tensor(sorted(set(values)), dtype=torch.long)
+
+
+def _packed_scores(score, scores: torch.Tensor, uncond_logits: torch.Tensor) -> tuple[torch.Tensor]:
+    """The packed path's step scores from both halves' logits, as a pure function (recordable)."""
+    return (score(scores, lambda: torch.log_softmax(uncond_logits.to(scores.dtype), dim=-1)),)
 
 
 def _model_end_ids(model) -> torch.Tensor | None:
@@ -243,6 +250,7 @@ class PMIDecode(LogitsProcessor):
         self._forward_log = ForwardLog()  # what the model's forwards showed since the last step
         self._stacked: _StackedBatch | None = None  # paired mode: the batch stack() built
         self._packed = None  # pmi_generate's packed path: the forward that ran both halves (pmi_decode.packed)
+        self._step_graph: _StepGraph | None = None  # the packed path's scoring, recorded where it is
         if not self.paired:
             if getattr(model, "training", False):
                 raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
@@ -458,13 +466,32 @@ class PMIDecode(LogitsProcessor):
                 raise ValueError(
                     f"PMIDecode(alpha, p) without model= scores a stacked batch it built itself: {_STACK_FIX}"
                 )
-            return self._stacked.step(input_ids, scores, self._forward_log, self.conditional_processors, self._score)
+            return self._stacked.step(input_ids, scores, self._forward_log, self.conditional_processors, self._score,
+                                      self._graph_safe())
+        if (self._packed is not None and self._graph_safe() and not self.defer_single_token
+                and _graphed(scores.device, 2 * scores.numel())):
+            return self._recorded_packed_step(input_ids, scores)
         nucleus_of = scores if self.nucleus_projection else None
         log_probs = lambda may_defer=False: self._unconditional_log_probs(  # noqa: E731
             input_ids, scores.dtype, nucleus_of, may_defer)
         if self.defer_single_token and self.alpha != 0.0:
             return self._deferring_score(scores, log_probs)
         return self._score(scores, log_probs)
+
+    def _graph_safe(self) -> bool:
+        """Whether :meth:`_score` is a pure function of the step's tensors (an adaptive alpha
+        keeps state), which :mod:`pmi_decode.step_graph` may record as a CUDA graph."""
+        return not isinstance(self.alpha, AdaptiveAlpha) and not torch.is_tensor(self.alpha)
+
+    def _recorded_packed_step(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        """The packed path's step with its scoring recorded as a graph (:mod:`pmi_decode.step_graph`):
+        the document-free logits and their checks are taken eagerly, the rest replays."""
+        if getattr(self.model, "training", False):
+            raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
+        uncond = self._packed.unconditional_logits(input_ids)
+        if self._step_graph is None:
+            self._step_graph = _StepGraph(functools.partial(_packed_scores, self._score))
+        return self._step_graph(scores, uncond)[0]
 
     def _score(self, scores: torch.Tensor, unconditional_log_probs) -> torch.Tensor:
         """The step's scores from the conditional ``scores``; ``unconditional_log_probs()`` gives

@@ -21,7 +21,7 @@ if os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu") != "cpu":
         "test_processor.py", "test_generation.py", "test_generation_options.py", "test_exact_or_refused.py",
         "test_adaptive.py", "test_conditional_end.py", "test_nucleus_projection.py", "test_own_length_prefill.py",
         "test_normalize.py", "test_guards.py", "test_deferral.py", "test_paired_speed.py", "test_paired_sampling.py",
-        "test_packed_path.py", "test_final_choice.py",
+        "test_packed_path.py", "test_final_choice.py", "test_step_graph.py",
     }
     collect_ignore = [path.name for path in Path(__file__).parent.glob("test_*.py") if path.name not in EXACTNESS_MODULES]
 
@@ -41,3 +41,15 @@ def _paper_score_defaults(request, monkeypatch):
         monkeypatch.setattr(pmi_decode.defaults, "PLAUSIBILITY", 0.0)
         monkeypatch.setattr(pmi_decode.defaults, "PMI_CAP", None)
         monkeypatch.setattr(pmi_decode.defaults, "FINAL_CHOICE", "pmi")
+
+
+@pytest.fixture(autouse=True)
+def _recorded_steps(monkeypatch):
+    """``PMI_DECODE_TEST_STEP_GRAPH=1``: every test runs with the paired and packed steps recorded
+    as graphs on the test device (pmi_decode.step_graph; real CUDA graphs under
+    ``PMI_DECODE_TEST_DEVICE=cuda``), so the whole exactness suite checks the recorded step:
+        PMI_DECODE_TEST_STEP_GRAPH=1 PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness"""
+    if os.environ.get("PMI_DECODE_TEST_STEP_GRAPH") == "1":
+        import pmi_decode.step_graph
+
+        monkeypatch.setattr(pmi_decode.step_graph, "GRAPHED_ON", (os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu"),))

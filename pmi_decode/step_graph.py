@@ -1,0 +1,93 @@
+"""The paired step's scoring recorded once as a CUDA graph and replayed at every later step.
+
+Why: at a small batch a GPU decoding step is bound by the host, which queues every kernel one
+by one. GPU pass 8 (``benchmarks/results/gpu/README.md``) found BART-base's paired step at batch 1
+spending about 1.5 ms more host time a step than plain decoding, for about 60 added small kernels
+(the document-free half's log-softmax, the nucleus, the PMI mix, the conditional end), on a step
+whose device work is about 1.1 ms. A CUDA graph replays those same kernels with one launch, so
+the scores are bit for bit the eager step's: the tokens cannot change, only the host time.
+
+What is recorded is a pure function of the step's tensors (no host reads, no Python state that
+changes between steps): a step whose shapes were never seen runs eagerly; the second step of a
+shape records the graph; every later step copies its inputs into the recorded ones, replays,
+and hands back copies of the outputs (``generate`` may keep a step's scores, and the next replay
+overwrites the recorded outputs).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+#: Device types on which :class:`pmi_decode.paired.StackedBatch` records its step as a graph.
+#: Off until a GPU run has timed it against the eager step in one process
+#: (``benchmarks/switch_ab.py --switch step-graph``) and the exactness tests have passed on CUDA.
+GRAPHED_ON: tuple[str, ...] = ()
+#: Largest step (rows x vocabulary of the stacked scores) that is recorded: the graph keeps its
+#: own memory for the step's intermediates (a few dozen tensors of the scores' size), and only
+#: small, latency-bound steps gain from it.
+MAX_ELEMENTS = 1 << 22
+
+Recorded = tuple[list[torch.Tensor], list[torch.Tensor], Callable[[], None]]
+
+
+def cuda_record(fn: Callable, inputs: tuple[torch.Tensor, ...]) -> Recorded:
+    """Record ``fn`` on copies of ``inputs`` as a CUDA graph: (recorded inputs, recorded
+    outputs, replay). One warm-up run on a side stream first, as CUDA graph capture requires."""
+    static_in = [t.clone() for t in inputs]
+    side = torch.cuda.Stream(device=static_in[0].device)
+    side.wait_stream(torch.cuda.current_stream(static_in[0].device))
+    with torch.cuda.stream(side):
+        fn(*static_in)
+    torch.cuda.current_stream(static_in[0].device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = list(fn(*static_in))
+    return static_in, static_out, graph.replay
+
+
+def host_record(fn: Callable, inputs: tuple[torch.Tensor, ...]) -> Recorded:
+    """A stand-in for :func:`cuda_record` where there is no CUDA (tests): the same recorded
+    buffers, and a replay that reruns ``fn`` on the recorded inputs and writes into the recorded
+    outputs, so a caller that forgot to copy in or out gets wrong values, as it would on a GPU."""
+    static_in = [t.clone() for t in inputs]
+    static_out = [o.clone() for o in fn(*static_in)]
+
+    def replay() -> None:
+        for buffer, value in zip(static_out, fn(*static_in)):
+            buffer.copy_(value)
+
+    return static_in, static_out, replay
+
+
+class StepGraph:
+    """``fn`` (tensors in, a tuple of tensors out) run eagerly at the first step of each input
+    shape, recorded at the second (by ``record``; by default :func:`cuda_record` on CUDA and
+    :func:`host_record` elsewhere) and replayed from then on."""
+
+    def __init__(self, fn: Callable, record: Callable | None = None):
+        self.fn = fn
+        self.record = record
+        self.recorded: dict[tuple, Recorded | None] = {}
+        self.replays = 0
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        key = tuple((tuple(t.shape), t.dtype, t.device) for t in inputs)
+        if key not in self.recorded:
+            self.recorded[key] = None
+            return tuple(self.fn(*inputs))
+        if self.recorded[key] is None:
+            record = self.record or (cuda_record if inputs[0].device.type == "cuda" else host_record)
+            self.recorded[key] = record(self.fn, inputs)
+        static_in, static_out, replay = self.recorded[key]
+        for buffer, value in zip(static_in, inputs):
+            buffer.copy_(value)
+        replay()
+        self.replays += 1
+        return tuple(out.clone() for out in static_out)
+
+
+def graphed(device: torch.device, elements: int) -> bool:
+    """Whether a step of ``elements`` scores on ``device`` is recorded as a graph."""
+    return device.type in GRAPHED_ON and elements <= MAX_ELEMENTS
