@@ -13,6 +13,12 @@ tokens of both compared.
 - ``step-graph``: the paired and packed steps' scoring recorded once as a CUDA graph and replayed
   (``pmi_decode.step_graph``; shipped off until this comparison says it pays); ``eager`` runs
   every kernel from the host, as shipped.
+- ``additive-mask``: the packed step hands attention its mask as the additive float mask, made
+  once per step (``pmi_decode.packed.additive_mask_step``); ``boolean`` leaves torch to convert the
+  boolean mask in every layer.
+- ``final-choice``: beam search records each hypothesis's conditional log-prob for the model's
+  final choice (``pmi_decode.final_choice.HypothesisScores``, the default); ``pmi`` records nothing
+  and returns beam search's own best. The cost of the record: the tokens may differ by design.
 
     python benchmarks/switch_ab.py --switch generated-reorder --model embedded --batch 1 --output-dir DIR   (CPU)
     python benchmarks/switch_ab.py --switch cross-attention-bias --model bart-base --device cuda --beams 1 --output-dir DIR
@@ -30,6 +36,7 @@ from unittest import mock
 
 import torch
 
+import pmi_decode.defaults
 import pmi_decode.generation
 import pmi_decode.packed
 import pmi_decode.step_graph
@@ -45,6 +52,10 @@ SWITCHES = {
                              (pmi_decode.generation, "ADDITIVE_MASK_MODEL_TYPES", ()), None),
     "step-graph": ("graph", "eager", dict(),
                    (pmi_decode.step_graph, "GRAPHED_ON", ()), (pmi_decode.step_graph, "GRAPHED_ON", ("cuda",))),
+    "additive-mask": ("additive", "boolean", dict(packed=True),
+                      (pmi_decode.packed, "additive_mask_step", lambda original: original), None),
+    "final-choice": ("model", "pmi", dict(),
+                     (pmi_decode.defaults, "FINAL_CHOICE", "pmi"), None),
 }
 
 
@@ -105,7 +116,7 @@ def main(argv=None, switch: str | None = None) -> None:
     }
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    name = f"{args.model}_{args.dtype}_b{args.batch}_beam{args.beams}"
+    name = f"{args.switch}_{args.model}_{args.dtype}_b{args.batch}_beam{args.beams}"
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k not in ("meta", "all_wall_s")}, indent=1))
 

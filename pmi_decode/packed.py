@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import weakref
 
 import torch
@@ -37,7 +38,7 @@ from .model_calls import (accepts_keyword, cache_keyword, config_has_plain_layer
 from .paired import StepChecks
 
 __all__ = ["PackedRows", "packed_path_blocker", "ATTENTION_WITH_CUSTOM_MASKS", "grouped_query_step",
-           "contiguous_update", "generated_positions_reorder"]
+           "additive_mask_step", "contiguous_update", "generated_positions_reorder"]
 
 #: Attention implementations the packed path runs on: ``sdpa`` reads a custom 4-D boolean mask as
 #: given (True = attend). Flash attention takes no 4-D mask, flex attention wants a block mask, and
@@ -115,19 +116,46 @@ def _shares_key_value_heads(model) -> bool:
     return bool(heads) and kv_heads < heads
 
 
+def additive_mask_step(original):
+    """transformers' ``sdpa`` attention for the packed step, handed the step's 4-D boolean mask as
+    the additive float mask (0 where a position is seen, -inf elsewhere) that torch's
+    ``scaled_dot_product_attention`` would make of it, made once per step instead of once per layer.
+
+    Plain decoding of one unpadded prompt hands attention no mask; the packed step's two query
+    positions need one, and torch turns a boolean mask into an additive one inside every call (on a
+    GPU a few small kernels per layer, which a latency-bound step pays in host time: 30 layers in a
+    SmolLM2-135M shape). The values are exactly torch's own conversion, so attention computes the
+    same numbers. Like :func:`grouped_query_step`, this function is built anew for each step."""
+    made = {}  # the last additive mask, by the boolean mask object it came from (kept alive, so never stale)
+
+    def attention(module, query, key, value, attention_mask, *args, **kwargs):
+        if torch.is_tensor(attention_mask) and attention_mask.dtype == torch.bool and attention_mask.dim() == 4:
+            if made.get("from") is not attention_mask or made.get("dtype") != query.dtype:
+                additive = torch.zeros(attention_mask.shape, dtype=query.dtype, device=attention_mask.device)
+                made.update({"from": attention_mask, "dtype": query.dtype,
+                             "mask": additive.masked_fill_(~attention_mask, -math.inf)})
+            attention_mask = made["mask"]
+        return original(module, query, key, value, attention_mask, *args, **kwargs)
+
+    return attention
+
+
 @contextlib.contextmanager
-def _grouped_query_attention(enabled: bool):
-    """With ``enabled``, ``sdpa`` is :func:`grouped_query_step` for the duration (a local override
-    in transformers' attention registry, removed afterwards). It changes no result, only how the
-    cache is read, so another model using ``sdpa`` meanwhile is unaffected but for float rounding."""
+def _packed_step_attention(grouped: bool):
+    """For the duration, ``sdpa`` is the packed step's attention: :func:`additive_mask_step` over
+    :func:`grouped_query_step` where the model's query heads share key/value heads (``grouped``),
+    over transformers' own otherwise (a local override in transformers' attention registry, removed
+    afterwards). It changes no result, only how the mask and the cache are read, so another model
+    using ``sdpa`` meanwhile is unaffected but for float rounding."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    if not enabled or "sdpa" not in ALL_ATTENTION_FUNCTIONS:
+    if "sdpa" not in ALL_ATTENTION_FUNCTIONS:
         yield
         return
     local = ALL_ATTENTION_FUNCTIONS._local_mapping
     had, before = "sdpa" in local, local.get("sdpa")
-    ALL_ATTENTION_FUNCTIONS["sdpa"] = grouped_query_step(ALL_ATTENTION_FUNCTIONS["sdpa"])
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = additive_mask_step(grouped_query_step(sdpa) if grouped else sdpa)
     try:
         yield
     finally:
@@ -321,7 +349,7 @@ class PackedRows:
         step.pop("logits_to_keep", None)
         step.update(input_ids=ids.repeat(1, 2), position_ids=torch.stack([cond_pos, self.next_uncond], dim=1),
                     attention_mask=self.allowed[:, None], use_cache=True)
-        with _grouped_query_attention(self.grouped):
+        with _packed_step_attention(self.grouped):
             out = self._original(**step)
         self.next_uncond = self.next_uncond + 1
         self.next_cond = self.next_cond + 1

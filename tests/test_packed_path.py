@@ -207,6 +207,64 @@ def test_grouped_query_step_makes_the_grouped_mask_once_per_mask():
     assert not torch.allclose(second, first[0])
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_additive_mask_step_equals_sdpa_with_the_boolean_mask(dtype):
+    """The packed step hands attention the additive mask torch would make of the boolean one:
+    the same numbers, bit for bit, made once per mask and dtype (once per step, not per layer)."""
+    from pmi_decode.packed import additive_mask_step
+
+    original, module, query, key, value, masks = grouped_attention_case(3, 4, 1, 9, seed=2, masks=2)
+    query, key, value = (t.to(dtype) for t in (query, key, value))
+    seen = []
+
+    def spy(module, query, key, value, attention_mask, *args, **kwargs):
+        seen.append(attention_mask)
+        return original(module, query, key, value, attention_mask, *args, **kwargs)
+
+    step = additive_mask_step(spy)
+    for mask in masks:
+        for _ in range(3):  # three layers of one step
+            got, _ = step(module, query, key, value, mask, scaling=0.3)
+            expected, _ = original(module, query, key, value, mask, scaling=0.3)
+            assert torch.equal(got, expected)
+    assert all(m.dtype == dtype for m in seen)
+    assert len({id(m) for m in seen}) == 2  # one additive mask per boolean mask
+    # the additive mask hides what the boolean mask hides: a mask with one position opened differs
+    opened = masks[0].clone()
+    opened[0, 0, 0, (~opened[0, 0, 0]).nonzero()[0]] = True
+    assert not torch.equal(step(module, query, key, value, opened, scaling=0.3)[0],
+                           original(module, query, key, value, masks[0], scaling=0.3)[0])
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_the_packed_step_hands_attention_a_float_mask(kind):
+    """Every two-token step's attention gets the float mask made once per step (torch would
+    otherwise convert the boolean mask in every layer); the tokens stay the separate path's."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    import pmi_decode.packed as packed
+
+    model, inputs = setup(kind)
+    masks = []
+    real = packed.additive_mask_step
+
+    def watching(original):
+        def spy(module, query, key, value, attention_mask, *args, **kwargs):
+            masks.append(attention_mask)
+            return original(module, query, key, value, attention_mask, *args, **kwargs)
+        return real(spy)
+
+    packed.additive_mask_step = watching
+    try:
+        got = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, num_beams=2, **NEW)
+    finally:
+        packed.additive_mask_step = real
+    assert masks and all(m.is_floating_point() for m in masks)
+    layers = model.config.num_hidden_layers if kind == "llama" else model.config.n_layer
+    assert len({id(m) for m in masks}) <= len(masks) // layers  # shared by the layers of a step
+    assert torch.equal(got, separate(model, inputs, 0.5, 0.9, num_beams=2, **NEW))
+
+
 def test_the_packed_step_uses_the_grouped_attention_and_restores_sdpa():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
