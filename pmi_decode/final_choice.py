@@ -65,6 +65,7 @@ class HypothesisScores(LogitsProcessor):
         self.steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.last = None  # the previous call's (ids, sums, scores)
         self.lost = None  # a row without a parent, or scores that are not log-probs (on the device)
+        self._on_device = None  # (end ids, first row of each prompt), on the scores' device once
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows = input_ids.shape[0]
@@ -74,22 +75,25 @@ class HypothesisScores(LogitsProcessor):
             self.start = input_ids.shape[1]
             sums = torch.zeros(rows, dtype=torch.float32, device=scores.device)
             self.lost = torch.zeros((), dtype=torch.bool, device=scores.device)
+            # made once: a host list indexing a device tensor is copied from pageable host memory at
+            # every step, which makes the host wait for the device
+            self._on_device = (torch.tensor(self.end_ids, dtype=torch.long, device=scores.device),
+                               torch.arange(0, rows, self.beams, device=input_ids.device)[:, None])
         else:
             prev_ids, prev_sums, prev_scores = self.last
-            if input_ids.shape[1] != prev_ids.shape[1] + 1:
+            if input_ids.shape[1] != prev_ids.shape[1] + 1 or rows != prev_ids.shape[0]:
                 raise ValueError("HypothesisScores: the sequences do not continue the previous step by one token")
             groups, k = rows // self.beams, self.beams
             new = input_ids[:, self.start:-1].reshape(groups, k, 1, -1)
             old = prev_ids[:, self.start:].reshape(groups, 1, k, -1)
             match = (new == old).all(-1)  # (groups, new row, old row)
             self.lost = self.lost | ~match.any(-1).all()
-            parents = (match.to(torch.int8).argmax(-1) + torch.arange(0, rows, k, device=input_ids.device)[:, None])
-            parents = parents.reshape(-1)
+            parents = (match.to(torch.int8).argmax(-1) + self._on_device[1]).reshape(-1)
             sums = prev_sums[parents] + prev_scores[parents, input_ids[:, -1]].float()
         # generate hands beam search's processors log-probs; raw logits (a release that did not) would
         # sum to a wrong ranking, so a row whose scores exceed probability 1 is remembered and refused
         self.lost = self.lost | (torch.logsumexp(scores.float(), dim=-1) > 1e-3).any()
-        ends = scores[:, self.end_ids].float() if self.end_ids else scores.new_zeros(rows, 0).float()
+        ends = scores[:, self._on_device[0]].float() if self.end_ids else scores.new_zeros(rows, 0).float()
         self.steps.append((input_ids[:, self.start:].clone(), sums, ends))
         self.last = (input_ids, sums, scores.clone())  # a later processor may write into scores
         return scores

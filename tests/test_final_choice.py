@@ -159,6 +159,12 @@ def test_refusals():
         logits.totals(seqs[:, :width + 1], width)
     with pytest.raises(ValueError, match="not 3 beams per prompt"):
         HypothesisScores(3, [2])(seqs[:5], torch.zeros(5, 320))
+    log_probs = torch.log_softmax(torch.zeros(seqs.shape[0], 320), -1)
+    for next_rows, next_width in ((seqs.shape[0] - 2, width + 1), (seqs.shape[0], width + 2)):
+        steps = HypothesisScores(2, [2])  # a next step with other rows, or more than one token further
+        steps(seqs[:, :width], log_probs)
+        with pytest.raises(ValueError, match="do not continue the previous step by one token"):
+            steps(seqs[:next_rows, :next_width], log_probs[:next_rows])
 
 
 @pytest.mark.real_defaults
