@@ -164,7 +164,7 @@ def single_candidate_scores(lp_c: torch.Tensor, keep: torch.Tensor, normalize: b
     With ``normalize`` these are exactly :func:`pmi_scores`' (a log-softmax over one token is 0,
     with or without ``end_ids``); otherwise the candidate carries its conditional log-prob in
     place of its PMI score, which changes the scores ``generate`` returns but no token."""
-    out = torch.where(keep, lp_c, torch.full_like(lp_c, -math.inf))
+    out = torch.where(keep, lp_c, -math.inf)
     if end_ids is not None:
         return conditional_end_scores(lp_c, out, end_ids, normalize)
     return torch.log_softmax(out, dim=-1) if normalize else out
@@ -223,12 +223,12 @@ def pmi_scores(scores: torch.Tensor, lp_u: torch.Tensor | None, alpha, p: float,
         usable = keep & known
         some = usable.any(dim=-1, keepdim=True)
         keep = torch.where(some, usable, keep)
-        lp_u = torch.where(known, lp_u, torch.zeros_like(lp_u))
+        lp_u = torch.where(known, lp_u, 0.0)
         pmi = lp_c - lp_u
         if pmi_cap is not None:
             pmi = pmi.clamp(max=pmi_cap)
         combined = torch.where(some, (1.0 - alpha) * lp_c + alpha * pmi, lp_c)
-    out = torch.where(keep, combined, torch.full_like(combined, -math.inf))
+    out = torch.where(keep, combined, -math.inf)
     if end_ids is not None:
         return conditional_end_scores(lp_c, out, end_ids, normalize)
     return torch.log_softmax(out, dim=-1) if normalize else out
@@ -262,11 +262,10 @@ def conditional_end_scores(lp_c: torch.Tensor, pmi: torch.Tensor, end_ids: torch
     is_end = torch.zeros_like(keep)
     is_end[..., _ids_on(tuple(end_ids.tolist()), pmi.device)] = True
     end, rest = keep & is_end, keep & ~is_end
-    minus_inf = torch.full_like(pmi, -math.inf)
-    lp_end = lp_c - torch.logsumexp(torch.where(keep, lp_c, minus_inf), dim=-1, keepdim=True)
-    p_end = torch.where(end, lp_end.exp(), torch.zeros_like(lp_end)).sum(dim=-1, keepdim=True).clamp(max=1.0)
+    lp_end = lp_c - torch.logsumexp(torch.where(keep, lp_c, -math.inf), dim=-1, keepdim=True)
+    p_end = torch.where(end, lp_end.exp(), 0.0).sum(dim=-1, keepdim=True).clamp(max=1.0)
     # rows whose candidates are all end tokens give NaN here, but none of it is selected below
-    lp_rest = torch.log_softmax(torch.where(rest, pmi, minus_inf), dim=-1)
-    out = torch.where(end, lp_end, torch.where(rest, torch.log1p(-p_end) + lp_rest, minus_inf))
+    lp_rest = torch.log_softmax(torch.where(rest, pmi, -math.inf), dim=-1)
+    out = torch.where(end, lp_end, torch.where(rest, torch.log1p(-p_end) + lp_rest, -math.inf))
     return out if normalize else out + torch.logsumexp(pmi, dim=-1, keepdim=True)
 
