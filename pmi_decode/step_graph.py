@@ -16,6 +16,7 @@ overwrites the recorded outputs).
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 import torch
@@ -30,19 +31,37 @@ GRAPHED_ON: tuple[str, ...] = ()
 MAX_ELEMENTS = 1 << 22
 
 Recorded = tuple[list[torch.Tensor], list[torch.Tensor], Callable[[], None]]
+_EAGER = "eager"  # a shape whose step could not be recorded
+
+logger = logging.getLogger(__name__)
+
+
+class NotRecordable(RuntimeError):
+    """The function reads a device value on the host (or does something else a graph cannot
+    hold), found by a warm-up run before anything is recorded."""
 
 
 def cuda_record(fn: Callable, inputs: tuple[torch.Tensor, ...]) -> Recorded:
     """Record ``fn`` on copies of ``inputs`` as a CUDA graph: (recorded inputs, recorded
-    outputs, replay). One warm-up run on a side stream first, as CUDA graph capture requires."""
+    outputs, replay). One warm-up run first, on the stream the graph is then recorded on (lazily
+    made library handles belong to a stream), with CUDA's synchronisation check set to fail: a
+    host read inside ``fn`` raises :class:`NotRecordable` there, before a capture could break."""
     static_in = [t.clone() for t in inputs]
-    side = torch.cuda.Stream(device=static_in[0].device)
-    side.wait_stream(torch.cuda.current_stream(static_in[0].device))
-    with torch.cuda.stream(side):
-        fn(*static_in)
-    torch.cuda.current_stream(static_in[0].device).wait_stream(side)
+    device = static_in[0].device
+    side = torch.cuda.Stream(device=device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    previous = torch.cuda.get_sync_debug_mode()
+    try:
+        with torch.cuda.stream(side):
+            torch.cuda.set_sync_debug_mode("error")
+            fn(*static_in)
+    except RuntimeError as error:
+        raise NotRecordable(str(error)) from error
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         static_out = list(fn(*static_in))
     return static_in, static_out, graph.replay
 
@@ -64,7 +83,9 @@ def host_record(fn: Callable, inputs: tuple[torch.Tensor, ...]) -> Recorded:
 class StepGraph:
     """``fn`` (tensors in, a tuple of tensors out) run eagerly at the first step of each input
     shape, recorded at the second (by ``record``; by default :func:`cuda_record` on CUDA and
-    :func:`host_record` elsewhere) and replayed from then on."""
+    :func:`host_record` elsewhere) and replayed from then on. Where ``record`` finds ``fn`` not
+    recordable (:class:`NotRecordable`), that shape runs eagerly from then on, with a warning:
+    the same scores, without the saving."""
 
     def __init__(self, fn: Callable, record: Callable | None = None):
         self.fn = fn
@@ -79,7 +100,13 @@ class StepGraph:
             return tuple(self.fn(*inputs))
         if self.recorded[key] is None:
             record = self.record or (cuda_record if inputs[0].device.type == "cuda" else host_record)
-            self.recorded[key] = record(self.fn, inputs)
+            try:
+                self.recorded[key] = record(self.fn, inputs)
+            except NotRecordable as error:
+                logger.warning("PMI-Decode's step cannot be recorded as a CUDA graph (%s); it runs eagerly", error)
+                self.recorded[key] = _EAGER
+        if self.recorded[key] is _EAGER:
+            return tuple(self.fn(*inputs))
         static_in, static_out, replay = self.recorded[key]
         for buffer, value in zip(static_in, inputs):
             buffer.copy_(value)

@@ -37,6 +37,21 @@ def test_each_replay_gives_what_the_function_computes():
     assert graph.replays == 3 and torch.equal(other[0], torch.full((2, 2), 2.0, device=device))
 
 
+def test_a_step_that_cannot_be_recorded_runs_eagerly(caplog):
+    """A recorder that finds a host read (NotRecordable) leaves that shape to the eager step,
+    with a warning, and the outputs stay the function's."""
+    from pmi_decode.step_graph import NotRecordable
+
+    def refuse(fn, inputs):
+        raise NotRecordable("a host read")
+
+    graph = StepGraph(lambda a: (a * 3,), record=refuse)
+    with caplog.at_level("WARNING", logger="pmi_decode.step_graph"):
+        outputs = [graph(torch.full((2,), float(i)))[0] for i in range(4)]
+    assert [o.tolist() for o in outputs] == [[0.0, 0.0], [3.0, 3.0], [6.0, 6.0], [9.0, 9.0]]
+    assert graph.replays == 0 and sum("runs eagerly" in r.message for r in caplog.records) == 1
+
+
 def test_host_record_replays_into_the_recorded_outputs():
     """The stand-in behaves as a graph does: a replay reads only the recorded inputs and writes
     into the recorded outputs, so forgetting either is caught by the test above."""
