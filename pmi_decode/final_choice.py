@@ -20,6 +20,8 @@ parent; afterwards each returned sequence's sum is looked up by its prefix.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from transformers import LogitsProcessor
 
@@ -64,7 +66,10 @@ class HypothesisScores(LogitsProcessor):
         self.start = None
         self.steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.last = None  # the previous call's (ids, sums, scores)
-        self.lost = None  # a row without a parent, or scores that are not log-probs (on the device)
+        # per step, on the device, read once by totals(): whether each row had a parent, and each
+        # row's probability mass under its scores (above 1: not log-probs): three kernels a step
+        self.parented: list[torch.Tensor] = []
+        self.mass: list[torch.Tensor] = []
         self._on_device = None  # (end ids, first row of each prompt), on the scores' device once
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -74,7 +79,6 @@ class HypothesisScores(LogitsProcessor):
         if self.start is None:
             self.start = input_ids.shape[1]
             sums = torch.zeros(rows, dtype=torch.float32, device=scores.device)
-            self.lost = torch.zeros((), dtype=torch.bool, device=scores.device)
             # made once: a host list indexing a device tensor is copied from pageable host memory at
             # every step, which makes the host wait for the device
             self._on_device = (torch.tensor(self.end_ids, dtype=torch.long, device=scores.device),
@@ -87,23 +91,28 @@ class HypothesisScores(LogitsProcessor):
             new = input_ids[:, self.start:-1].reshape(groups, k, 1, -1)
             old = prev_ids[:, self.start:].reshape(groups, 1, k, -1)
             match = (new == old).all(-1)  # (groups, new row, old row)
-            self.lost = self.lost | ~match.any(-1).all()
+            self.parented.append(match.any(-1))
             parents = (match.to(torch.int8).argmax(-1) + self._on_device[1]).reshape(-1)
             sums = prev_sums[parents] + prev_scores[parents, input_ids[:, -1]].float()
         # generate hands beam search's processors log-probs; raw logits (a release that did not) would
         # sum to a wrong ranking, so a row whose scores exceed probability 1 is remembered and refused
-        self.lost = self.lost | (torch.logsumexp(scores.float(), dim=-1) > 1e-3).any()
+        self.mass.append(scores.float().exp().sum(dim=-1))
         ends = scores[:, self._on_device[0]].float() if self.end_ids else scores.new_zeros(rows, 0).float()
         self.steps.append((input_ids[:, self.start:].clone(), sums, ends))
         self.last = (input_ids, sums, scores.clone())  # a later processor may write into scores
         return scores
+
+    def _lost(self) -> bool:
+        """A row without a parent at some step, or a step's scores of more than probability 1."""
+        orphan = bool(self.parented) and not bool(torch.cat([p.reshape(-1) for p in self.parented]).all())
+        return orphan or bool((torch.cat(self.mass) > math.exp(1e-3)).any())
 
     def totals(self, sequences: torch.LongTensor, prompt_width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Each returned sequence's summed score and length (up to and including its first end
         token). ``sequences``: generate's output, whole hypotheses of ``beams`` per prompt."""
         if self.start is None or not self.steps:
             raise ValueError("HypothesisScores saw no decoding step")
-        if bool(self.lost):
+        if self._lost():
             raise ValueError("HypothesisScores: a hypothesis did not extend one of its prompt's previous rows, or "
                              "the scores handed to it were not log-probabilities, so the hypotheses cannot be "
                              "ranked by the model; pass final_choice='pmi'")

@@ -160,6 +160,14 @@ def test_refusals():
     with pytest.raises(ValueError, match="not 3 beams per prompt"):
         HypothesisScores(3, [2])(seqs[:5], torch.zeros(5, 320))
     log_probs = torch.log_softmax(torch.zeros(seqs.shape[0], 320), -1)
+    orphan = HypothesisScores(2, [2])  # a row whose tokens extend none of its prompt's previous rows
+    orphan(seqs[:, :width], log_probs)
+    orphan(seqs[:, :width + 1], log_probs)
+    stepped = seqs[:, :width + 2].clone()
+    stepped[0, width] = (stepped[0, width] + 1) % 300 + 3
+    orphan(stepped, log_probs)
+    with pytest.raises(ValueError, match="did not extend one of its prompt's previous rows"):
+        orphan.totals(seqs[:, :width + 2], width)
     for next_rows, next_width in ((seqs.shape[0] - 2, width + 1), (seqs.shape[0], width + 2)):
         steps = HypothesisScores(2, [2])  # a next step with other rows, or more than one token further
         steps(seqs[:, :width], log_probs)
