@@ -216,7 +216,7 @@ class StackedBatch:
         cond = scores[:half]
         if len(conditional_processors):
             cond = conditional_processors(input_ids[:half], cond)
-        if graph_safe and graphed(scores.device, scores.numel()):
+        if graph_safe and graphed(cond, scores[half:]):
             if self._graph is None:
                 self._graph = StepGraph(functools.partial(_both_halves, score))
             both, *nan = self._graph(cond, scores[half:])

@@ -371,7 +371,7 @@ class PMIDecode(LogitsProcessor):
         distribution; the branch follows it without a forward (None) unless it opens a generation."""
         if getattr(self.model, "training", False):
             raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
-        if self._packed is not None:  # the step's forward ran the document-free half already
+        if self._packed is not None:  # deferral on the packed path: the step's forward ran that half already
             return torch.log_softmax(self._packed.unconditional_logits(input_ids).to(dtype), dim=-1)
         if self._forward_log.starts_generation(input_ids) or self._branch is None:
             # generate ran its encoder once on its prompts since the last step (other encoder runs,
@@ -468,9 +468,8 @@ class PMIDecode(LogitsProcessor):
                 )
             return self._stacked.step(input_ids, scores, self._forward_log, self.conditional_processors, self._score,
                                       self._graph_safe())
-        if (self._packed is not None and self._graph_safe() and not self.defer_single_token
-                and _graphed(scores.device, 2 * scores.numel())):
-            return self._recorded_packed_step(input_ids, scores)
+        if self._packed is not None and not self.defer_single_token:
+            return self._packed_step(input_ids, scores)
         nucleus_of = scores if self.nucleus_projection else None
         log_probs = lambda may_defer=False: self._unconditional_log_probs(  # noqa: E731
             input_ids, scores.dtype, nucleus_of, may_defer)
@@ -483,12 +482,14 @@ class PMIDecode(LogitsProcessor):
         keeps state), which :mod:`pmi_decode.step_graph` may record as a CUDA graph."""
         return not isinstance(self.alpha, AdaptiveAlpha) and not torch.is_tensor(self.alpha)
 
-    def _recorded_packed_step(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-        """The packed path's step with its scoring recorded as a graph (:mod:`pmi_decode.step_graph`):
-        the document-free logits and their checks are taken eagerly, the rest replays."""
+    def _packed_step(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        """The packed path's step: the document-free logits (and their checks) the step's forward
+        left, then the scoring, recorded as a graph where :mod:`pmi_decode.step_graph` allows."""
         if getattr(self.model, "training", False):
             raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
         uncond = self._packed.unconditional_logits(input_ids)
+        if not (self._graph_safe() and _graphed(scores, uncond)):
+            return _packed_scores(self._score, scores, uncond)[0]
         if self._step_graph is None:
             self._step_graph = _StepGraph(functools.partial(_packed_scores, self._score))
         return self._step_graph(scores, uncond)[0]

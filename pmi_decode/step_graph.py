@@ -115,6 +115,7 @@ class StepGraph:
         return tuple(out.clone() for out in static_out)
 
 
-def graphed(device: torch.device, elements: int) -> bool:
-    """Whether a step of ``elements`` scores on ``device`` is recorded as a graph."""
-    return device.type in GRAPHED_ON and elements <= MAX_ELEMENTS
+def graphed(*inputs: torch.Tensor) -> bool:
+    """Whether a step on these score tensors (together at most :data:`MAX_ELEMENTS`, on a device
+    of :data:`GRAPHED_ON`) is recorded as a graph."""
+    return inputs[0].device.type in GRAPHED_ON and sum(t.numel() for t in inputs) <= MAX_ELEMENTS

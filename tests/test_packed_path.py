@@ -101,18 +101,18 @@ def test_the_document_free_half_holds_its_own_length():
     step, not twice the conditional prompt's (the paired batch's); the output drops that cache."""
     model, inputs = setup("llama")
     seen = []
-    original = PMIDecode._unconditional_log_probs
+    original = PMIDecode._packed_step
 
     def spy(self, input_ids, *args, **kwargs):
         seen.append((input_ids.shape[1], self._packed.allowed.shape[-1]))
         return original(self, input_ids, *args, **kwargs)
 
-    PMIDecode._unconditional_log_probs = spy
+    PMIDecode._packed_step = spy
     try:
         out = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, max_new_tokens=4,
                            return_dict_in_generate=True)
     finally:
-        PMIDecode._unconditional_log_probs = original
+        PMIDecode._packed_step = original
     width_c = inputs["conditional"]["input_ids"].shape[1]
     width_u = int(inputs["unconditional"]["attention_mask"].sum(-1).max())
     assert width_u < width_c
