@@ -195,14 +195,15 @@ class StackedBatch:
         return width
 
     def step(self, input_ids: torch.LongTensor, scores: torch.Tensor, log: ForwardLog, conditional_processors,
-             score, graph_safe: bool = False) -> torch.Tensor:
+             score, graph_settings: tuple | None = None) -> torch.Tensor:
         """One paired step: check the batch and that both halves decoded the same tokens, apply
         ``conditional_processors`` to the conditional half, and give both halves
         ``score(conditional scores, unconditional log-probs)``, where the second argument is a
         callable that ``score`` calls only if it needs the document-free distribution.
-        ``graph_safe``: ``score`` reads no value on the host and keeps no state between steps, so
-        a small step on a device of :data:`~pmi_decode.step_graph.GRAPHED_ON` may be recorded as a
-        CUDA graph (:mod:`pmi_decode.step_graph`: same kernels, same scores)."""
+        ``graph_settings``: where ``score`` reads no value on the host and keeps no state between
+        steps, the settings it reads (None otherwise); a small step on a device of
+        :data:`~pmi_decode.step_graph.GRAPHED_ON` may then be recorded as a CUDA graph, one per
+        settings (:mod:`pmi_decode.step_graph`: same kernels, same scores)."""
         start = self.shared_start(input_ids, log)
         if getattr(self.model(), "training", False):
             raise ValueError("model is in training mode: call model.eval() so both halves see the same model")
@@ -216,10 +217,10 @@ class StackedBatch:
         cond = scores[:half]
         if len(conditional_processors):
             cond = conditional_processors(input_ids[:half], cond)
-        if graph_safe and graphed(cond, scores[half:]):
+        if graph_settings is not None and graphed(cond, scores[half:]):
             if self._graph is None:
                 self._graph = StepGraph(functools.partial(_both_halves, score))
-            both, *nan = self._graph(cond, scores[half:])
+            both, *nan = self._graph(cond, scores[half:], settings=graph_settings)
         else:
             both, *nan = _both_halves(score, cond, scores[half:])
         for flag in nan:

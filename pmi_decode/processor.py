@@ -467,7 +467,7 @@ class PMIDecode(LogitsProcessor):
                     f"PMIDecode(alpha, p) without model= scores a stacked batch it built itself: {_STACK_FIX}"
                 )
             return self._stacked.step(input_ids, scores, self._forward_log, self.conditional_processors, self._score,
-                                      self._graph_safe())
+                                      self._graph_settings())
         if self._packed is not None and not self.defer_single_token:
             return self._packed_step(input_ids, scores)
         nucleus_of = scores if self.nucleus_projection else None
@@ -477,10 +477,14 @@ class PMIDecode(LogitsProcessor):
             return self._deferring_score(scores, log_probs)
         return self._score(scores, log_probs)
 
-    def _graph_safe(self) -> bool:
-        """Whether :meth:`_score` is a pure function of the step's tensors (an adaptive alpha
-        keeps state), which :mod:`pmi_decode.step_graph` may record as a CUDA graph."""
-        return not isinstance(self.alpha, AdaptiveAlpha) and not torch.is_tensor(self.alpha)
+    def _graph_settings(self) -> tuple | None:
+        """The settings :meth:`_score` reads, where it is a pure function of the step's tensors
+        that :mod:`pmi_decode.step_graph` may record as a CUDA graph; None where it is not (an
+        adaptive alpha keeps state). A recorded graph holds the settings it was recorded with."""
+        if isinstance(self.alpha, AdaptiveAlpha) or torch.is_tensor(self.alpha):
+            return None
+        ends = None if self._end_ids is None else tuple(self._end_ids.tolist())
+        return (self.alpha, self.p, self.normalize, self.plausibility, self.pmi_cap, self.conditional_end, ends)
 
     def _packed_step(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
         """The packed path's step: the document-free logits (and their checks) the step's forward
@@ -488,11 +492,12 @@ class PMIDecode(LogitsProcessor):
         if getattr(self.model, "training", False):
             raise ValueError("model is in training mode: call model.eval() so the branch is deterministic")
         uncond = self._packed.unconditional_logits(input_ids)
-        if not (self._graph_safe() and _graphed(scores, uncond)):
+        settings = self._graph_settings()
+        if settings is None or not _graphed(scores, uncond):
             return _packed_scores(self._score, scores, uncond)[0]
         if self._step_graph is None:
             self._step_graph = _StepGraph(functools.partial(_packed_scores, self._score))
-        return self._step_graph(scores, uncond)[0]
+        return self._step_graph(scores, uncond, settings=settings)[0]
 
     def _score(self, scores: torch.Tensor, unconditional_log_probs) -> torch.Tensor:
         """The step's scores from the conditional ``scores``; ``unconditional_log_probs()`` gives

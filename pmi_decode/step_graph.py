@@ -93,8 +93,10 @@ class StepGraph:
         self.recorded: dict[tuple, Recorded | None] = {}
         self.replays = 0
 
-    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        key = tuple((tuple(t.shape), t.dtype, t.device) for t in inputs)
+    def __call__(self, *inputs: torch.Tensor, settings: tuple = ()) -> tuple[torch.Tensor, ...]:
+        """``settings``: the values ``fn`` reads besides its inputs (alpha, p, ...); a graph holds
+        them as they were when it was recorded, so other settings get a graph of their own."""
+        key = (settings, *((tuple(t.shape), t.dtype, t.device) for t in inputs))
         if key not in self.recorded:
             self.recorded[key] = None
             return tuple(self.fn(*inputs))

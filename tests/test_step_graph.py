@@ -52,6 +52,47 @@ def test_a_step_that_cannot_be_recorded_runs_eagerly(caplog):
     assert graph.replays == 0 and sum("runs eagerly" in r.message for r in caplog.records) == 1
 
 
+def test_a_recording_serves_only_the_settings_it_was_recorded_with():
+    """A graph holds the values its function read when it was recorded (a recorder that bakes
+    them in, as a CUDA graph does): other settings are recorded apart, never served the old."""
+    setting = {"scale": 2.0}
+
+    def baking_record(fn, inputs):
+        frozen = dict(setting)
+        static_in, static_out, _ = host_record(fn, inputs)
+
+        def replay():
+            now = dict(setting)
+            setting.update(frozen)
+            try:
+                values = fn(*static_in)
+            finally:
+                setting.update(now)
+            for buffer, value in zip(static_out, values):
+                buffer.copy_(value)
+
+        return static_in, static_out, replay
+
+    graph = StepGraph(lambda a: (a * setting["scale"],), record=baking_record)
+    x = torch.ones(3)
+    for _ in range(3):
+        assert torch.equal(graph(x, settings=(2.0,))[0], x * 2)
+    setting["scale"] = 5.0
+    for _ in range(3):
+        assert torch.equal(graph(x, settings=(5.0,))[0], x * 5)
+    assert graph.replays == 2 + 2
+
+
+@pytest.mark.parametrize("change", [dict(alpha=0.2), dict(p=0.5), dict(plausibility=0.3), dict(pmi_cap=1.0),
+                                    dict(normalize="toggle"), dict(conditional_end="toggle")])
+def test_the_settings_a_recording_holds_change_with_the_processor(change):
+    pmi = PMIDecode(0.5, 0.9, eos_token_id=2)
+    before = pmi._graph_settings()
+    for name, value in change.items():
+        setattr(pmi, name, not getattr(pmi, name) if value == "toggle" else value)
+    assert pmi._graph_settings() != before
+
+
 def test_host_record_replays_into_the_recorded_outputs():
     """The stand-in behaves as a graph does: a replay reads only the recorded inputs and writes
     into the recorded outputs, so forgetting either is caught by the test above."""
@@ -150,3 +191,31 @@ def test_nan_in_the_document_free_half_is_refused_after_recording(kind, monkeypa
                              max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
         pmi.conditional(out)
     assert graphs and graphs[0].replays >= 2
+
+
+@pytest.mark.exactness
+@pytest.mark.parametrize("kind", ["bart", "llama"])
+def test_changed_settings_are_not_served_an_old_recording(kind, monkeypatch):
+    """A processor whose alpha is changed between two generate calls on its stacked batch gets
+    the new alpha's scores, not those the first call's recording holds (a CUDA graph bakes the
+    alpha in; on a CPU the stand-in recorder reads it afresh, so there this checks the tokens only)."""
+    model, inputs = setup(kind, dtype=torch.float32)
+    options = dict(num_beams=2, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
+
+    batches = {}
+
+    def paired(alpha, pmi=None):
+        if pmi is None:
+            pmi = PMIDecode(alpha, 0.9)
+            batches[id(pmi)] = pmi.stack(inputs, model)
+        pmi.alpha = alpha
+        return pmi.conditional(model.generate(**batches[id(pmi)], logits_processor=[pmi], **options)), pmi
+
+    eager_strong, _ = paired(1.0)
+    eager_weak, _ = paired(0.0)
+    assert not torch.equal(eager_strong, eager_weak)  # the setting changes the tokens
+    graphs = _count_graphs(monkeypatch, model.device.type)
+    strong, pmi = paired(1.0)
+    weak, _ = paired(0.0, pmi)  # the same processor and stacked batch, alpha changed
+    assert graphs and graphs[0].replays > 0
+    assert torch.equal(strong, eager_strong) and torch.equal(weak, eager_weak)
