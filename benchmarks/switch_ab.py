@@ -11,8 +11,8 @@ tokens of both compared.
   mask as a bias built once per call (``pmi_decode.generation.CrossAttentionBias``); ``mask`` is the
   2-D mask that transformers turns into a mask at every step.
 - ``step-graph``: the paired and packed steps' scoring recorded once as a CUDA graph and replayed
-  (``pmi_decode.step_graph``; shipped off until this comparison says it pays); ``eager`` runs
-  every kernel from the host, as shipped.
+  (``pmi_decode.step_graph``, on for CUDA since GPU pass 10); ``eager`` runs every kernel from
+  the host.
 - ``additive-mask``: the packed step hands attention its mask as the additive float mask, made
   once per step (``pmi_decode.packed.additive_mask_step``); ``boolean`` leaves torch to convert the
   boolean mask in every layer.
@@ -51,7 +51,7 @@ SWITCHES = {
     "cross-attention-bias": ("bias", "mask", dict(),
                              (pmi_decode.generation, "ADDITIVE_MASK_MODEL_TYPES", ()), None),
     "step-graph": ("graph", "eager", dict(),
-                   (pmi_decode.step_graph, "GRAPHED_ON", ()), (pmi_decode.step_graph, "GRAPHED_ON", ("cuda",))),
+                   (pmi_decode.step_graph, "GRAPHED_ON", ()), None),
     "additive-mask": ("additive", "boolean", dict(packed=True),
                       (pmi_decode.packed, "additive_mask_step", lambda original: original), None),
     "final-choice": ("model", "pmi", dict(),

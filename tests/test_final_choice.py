@@ -154,12 +154,12 @@ def test_refusals():
     with pytest.raises(ValueError, match="saw no decoding step"):
         HypothesisScores(2, [2]).totals(seqs, width)
     logits = HypothesisScores(2, [2])  # raw logits, not log-probs: refused, not summed into a ranking
-    logits(seqs[:, :width], torch.full((seqs.shape[0], 320), 5.0))
+    logits(seqs[:, :width], torch.full((seqs.shape[0], 320), 5.0, device=seqs.device))
     with pytest.raises(ValueError, match="not log-probabilities"):
         logits.totals(seqs[:, :width + 1], width)
     with pytest.raises(ValueError, match="not 3 beams per prompt"):
-        HypothesisScores(3, [2])(seqs[:5], torch.zeros(5, 320))
-    log_probs = torch.log_softmax(torch.zeros(seqs.shape[0], 320), -1)
+        HypothesisScores(3, [2])(seqs[:5], torch.zeros(5, 320, device=seqs.device))
+    log_probs = torch.log_softmax(torch.zeros(seqs.shape[0], 320, device=seqs.device), -1)
     orphan = HypothesisScores(2, [2])  # a row whose tokens extend none of its prompt's previous rows
     orphan(seqs[:, :width], log_probs)
     orphan(seqs[:, :width + 1], log_probs)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next GPU pass (not run yet): the paired and packed steps' scoring recorded as a CUDA graph
+# The tenth GPU pass (run on an H200, 2026-11-27): the paired and packed steps' scoring recorded as a CUDA graph
 # (pmi_decode/step_graph.py), for the small models at batch 1 whose gap passes 8 and 9 found to be
 # host time for the step's added kernels (BART-base 1.30 / 1.33, GPT-2 small 1.27 / 1.46, the
 # SmolLM2-135M shape 1.16-1.21). Shipped off (step_graph.GRAPHED_ON = ()) until this run says:
@@ -12,9 +12,9 @@
 # Sized for one command of under ten minutes on an H100 (passes 8-9: a switch_ab case 15-30 s, the
 # exactness suite about 100 s with 12 workers):
 #
-#     OUT=/some/folder bash benchmarks/results/gpu/next_run.sh
+#     OUT=/some/folder bash benchmarks/results/gpu/pass10/run.sh   (run as next_run.sh)
 source benchmarks/results/gpu/parts.sh
-part step_graph_tests 150 env PMI_DECODE_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_step_graph.py
+part step_graph_tests 120 env PMI_DECODE_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_step_graph.py
 AB="python3 benchmarks/switch_ab.py --switch step-graph --device cuda --new-tokens 64 --repeats 7 --batch 1"
 part graph_bart_greedy 60 $AB --model bart-base --dtype float32 --beams 1 --output-dir "$R/switch_ab"
 part graph_bart_beam 60 $AB --model bart-base --dtype float32 --beams 4 --output-dir "$R/switch_ab"
@@ -32,6 +32,6 @@ part mask_gpt2_greedy 60 python3 benchmarks/switch_ab.py --switch additive-mask 
     --repeats 7 --batch 1 --model gpt2-small --dtype float32 --beams 1 --output-dir "$R/switch_ab"
 part record_bart_beam 60 python3 benchmarks/switch_ab.py --switch final-choice --device cuda --new-tokens 64 \
     --repeats 7 --batch 1 --model bart-base --dtype float32 --beams 4 --output-dir "$R/switch_ab"
-part exactness_graphed 240 env PMI_DECODE_TEST_DEVICE=cuda PMI_DECODE_TEST_STEP_GRAPH=1 python3 -m pytest -m exactness \
-    -q -p no:cacheprovider $XDIST tests
+part exactness_graphed 200 env PMI_DECODE_TEST_DEVICE=cuda PMI_DECODE_TEST_STEP_GRAPH=1 python3 -m pytest -m exactness \
+    -q -p no:cacheprovider -n 12 tests
 cat "$R/parts.txt"
