@@ -101,7 +101,7 @@ _ABSTAIN = [re.compile(p, re.IGNORECASE) for p in _ABSTAIN_PATTERNS]
 # hedge followed by an answer asserts the answer.
 _HEDGED_ANSWER = re.compile(r"\bbut\s+(?:i\s+(?:think|believe|guess|suppose|would say)|"
                             r"(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|it(?:'s| is| was| should| looks| seems| appears)|"
-                            rf"(?:it|the\s+\w+)\s+(?:says|states|mentions|notes|lists|shows|gives)\b(?!\s+(?:to|nothing|no)\b)|"
+                            r"(?:it|the\s+\w+)\s+(?:says|states|mentions|notes|lists|shows|gives)\b(?!\s+(?:to|nothing|no)\b)|"
                             r"there(?:'s| is| are| should)|they(?:'re| are| should)|probably|likely|maybe|perhaps|"
                             r"roughly|about|around|usually|most likely)\b", re.IGNORECASE)
 # "I don't know. I think it was made out of silver.": a sentence that opens with a guess, after the

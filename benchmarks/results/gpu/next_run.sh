@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The next GPU pass (not run yet), after pass 10 turned the step graph on for CUDA:
+# 1. the final choice's refusal test on CUDA (its scores now made on the sequences' device);
+# 2. the Llama shape (SmolLM2-1.7B, bfloat16) at ~570 prompt tokens with every default on, greedy and
+#    beam 4 at batch 1 and 8, to see that the graph costs the issue's main rows nothing (passes 5-8 on
+#    an H100: 1.01 / 1.04 greedy, 1.06 / 1.14 beam; rerun plain beside, as always), and the graph
+#    against the eager step in one process at greedy batch 1;
+# 3. GPT-2 small's packed beam 4 step at batch 1 profiled (1.29x plain in pass 10, where the graph
+#    gained nothing): where its added time goes, by operator and by host wait.
+# Sized for one command of about five minutes (pass 10's parts: a switch_ab case 20-30 s; pass 5's
+# Llama grid about 60 s per mode at two repeats):
+#
+#     OUT=/some/folder bash benchmarks/results/gpu/next_run.sh
+source benchmarks/results/gpu/parts.sh
+part record_refusals 40 env PMI_DECODE_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider \
+    tests/test_final_choice.py -k "refusals or recorded_scores"
+part llama_570 150 python3 benchmarks/decode_speed.py --device cuda --new-tokens 64 --output-dir $R --repeats 2 \
+    --models llama-1.7b --dtype bfloat16 --datasets topicalchat --modes greedy beam --batch-sizes 1 8 \
+    --methods default --name llama_570
+part graph_llama_greedy 60 python3 benchmarks/switch_ab.py --switch step-graph --device cuda --new-tokens 64 \
+    --repeats 5 --batch 1 --model llama-1.7b --dtype bfloat16 --beams 1 --output-dir "$R/switch_ab"
+part gpt2_beam_profile 60 python3 benchmarks/profile_packed.py --device cuda --model gpt2-small --dtype float32 \
+    --mode beam --batch 1 --new-tokens 16 --paths plain default --sync-debug --output-dir "$R/gpt2_beam_profile"
+cat "$R/parts.txt"
