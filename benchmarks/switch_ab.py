@@ -1,8 +1,9 @@
 """A speed-up timed against the same code with it switched off, plain decoding in the same process.
 
 Each switch names one change of the library's and how to turn it off for one call, so the two
-differ in nothing else; runs interleaved, median of ``--repeats`` after a warm-up each, and the
-tokens of both compared.
+differ in nothing else; runs interleaved, median of ``--repeats`` after a warm-up each, the
+tokens of both compared, and on CUDA the peak memory each call adds over what was allocated
+before it (measured in the warm-up; ``*_memory_ratio`` against plain decoding).
 
 - ``generated-reorder``: beam search on the packed path moves only the positions generated so far
   (``pmi_decode.packed.generated_positions_reorder``), since each prompt's rows share their prompt
@@ -13,6 +14,8 @@ tokens of both compared.
 - ``step-graph``: the paired and packed steps' scoring recorded once as a CUDA graph and replayed
   (``pmi_decode.step_graph``, on for CUDA since GPU pass 10); ``eager`` runs every kernel from
   the host.
+- ``step-graph-large``: the same graph for steps above ``step_graph.MAX_ELEMENTS`` (which run
+  eagerly as shipped); time and memory tell whether the limit should move.
 - ``additive-mask``: the packed step hands attention its mask as the additive float mask, made
   once per step (``pmi_decode.packed.additive_mask_step``); ``boolean`` leaves torch to convert the
   boolean mask in every layer.
@@ -52,6 +55,7 @@ SWITCHES = {
                              (pmi_decode.generation, "ADDITIVE_MASK_MODEL_TYPES", ()), None),
     "step-graph": ("graph", "eager", dict(),
                    (pmi_decode.step_graph, "GRAPHED_ON", ()), None),
+    "step-graph-large": ("graph", "eager", dict(), None, (pmi_decode.step_graph, "MAX_ELEMENTS", 1 << 26)),
     "additive-mask": ("additive", "boolean", dict(packed=True),
                       (pmi_decode.packed, "additive_mask_step", lambda original: original), None),
     "final-choice": ("model", "pmi", dict(),
@@ -69,11 +73,13 @@ def main(argv=None, switch: str | None = None) -> None:
     parser.add_argument("--beams", type=int, default=4, help="1: greedy search")
     parser.add_argument("--new-tokens", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--doc-tokens", type=int, default=None,
+                        help="the longest row's document length in tokens (default: Topical-Chat's mean)")
     parser.add_argument("--output-dir", required=True)
     args = parser.parse_args(argv)
     on, off, options, off_patch, on_patch = SWITCHES[args.switch]
     model = random_weight_model(args.model, args.device, dtype=args.dtype)
-    inputs = random_dialogue_inputs(model, "topicalchat", args.batch, args.device)
+    inputs = random_dialogue_inputs(model, "topicalchat", args.batch, args.device, doc_tokens=args.doc_tokens)
     kwargs = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, num_beams=args.beams)
 
     def switched(patch):
@@ -86,16 +92,24 @@ def main(argv=None, switch: str | None = None) -> None:
             on: lambda: switched(on_patch),
             off: lambda: switched(off_patch)}
 
+    cuda = args.device.startswith("cuda")
+
     def sync():
-        if args.device.startswith("cuda"):
+        if cuda:
             torch.cuda.synchronize()
 
     times = {name: [] for name in runs}
-    outputs = {}
+    outputs, peak = {}, {}
     with torch.no_grad():
-        for name, fn in runs.items():
+        for name, fn in runs.items():  # the warm-up: tokens, and on CUDA the peak memory the call adds
             torch.manual_seed(0)
+            sync()
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
             outputs[name] = fn()
+            sync()
+            peak[name] = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else None
         for repeat in range(args.repeats):
             for name, fn in runs.items():
                 torch.manual_seed(0)
@@ -113,10 +127,16 @@ def main(argv=None, switch: str | None = None) -> None:
         "wall_s": median, "all_wall_s": times,
         f"{on}_ratio": median[on] / median["plain"], f"{off}_ratio": median[off] / median["plain"],
         "same_tokens": bool(torch.equal(outputs[on], outputs[off])),
+        "peak_added_mb": peak,
     }
+    if cuda:
+        result.update({f"{on}_memory_ratio": peak[on] / max(peak["plain"], 1e-9),
+                       f"{off}_memory_ratio": peak[off] / max(peak["plain"], 1e-9)})
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = f"{args.switch}_{args.model}_{args.dtype}_b{args.batch}_beam{args.beams}"
+    if args.doc_tokens is not None:
+        name += f"_doc{args.doc_tokens}"
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k not in ("meta", "all_wall_s")}, indent=1))
 

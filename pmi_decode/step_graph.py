@@ -26,10 +26,13 @@ import torch
 #: timed case and the whole exactness suite with every step recorded; greedy search at batch 1
 #: 1.28x -> 1.15x plain (BART-base), 1.29x -> 1.18x (GPT-2 small). ``()`` turns it off.
 GRAPHED_ON: tuple[str, ...] = ("cuda",)
-#: Largest step (rows x vocabulary of the stacked scores) that is recorded: the graph keeps its
-#: own memory for the step's intermediates (a few dozen tensors of the scores' size), and only
-#: small, latency-bound steps gain from it.
-MAX_ELEMENTS = 1 << 22
+#: Largest step (the scores of both halves together, rows x vocabulary) that is recorded. The
+#: graph keeps its own memory for the step's intermediates for the whole call (the eager step's
+#: peak, in a pool of its own), and only small, latency-bound steps gain from it: the largest timed
+#: as gaining is BART-base's greedy batch 16 (1.6M scores; GPU pass 10). Larger steps stay eager
+#: until a pass times them with their memory (``benchmarks/switch_ab.py --switch step-graph-large``):
+#: the Llama shape's beam 4 at batch 8 (3.1M), whose memory is at the issue's 1.25x line.
+MAX_ELEMENTS = 1 << 21
 
 Recorded = tuple[list[torch.Tensor], list[torch.Tensor], Callable[[], None]]
 _EAGER = "eager"  # a shape whose step could not be recorded

@@ -5,9 +5,14 @@
 #    beam 4 at batch 1 and 8, to see that the graph costs the main rows nothing (passes 5-8 on
 #    an H100: 1.01 / 1.04 greedy, 1.06 / 1.14 beam; rerun plain beside, as always), and the graph
 #    against the eager step in one process at greedy batch 1;
-# 3. GPT-2 small's packed beam 4 step at batch 1 profiled (1.29x plain in pass 10, where the graph
+# 3. whether step_graph.MAX_ELEMENTS (2M scores) should move: a recorded step keeps its
+#    intermediates in the graph's own pool for the call, and the Llama shape's beam 4 at batch 8
+#    (3.1M scores: 32 rows x 49,152, both halves) stays eager under it. At the 0.5k-token document
+#    (1.26x plain's memory in passes 5 and 8, target 1.25x): graph against eager, time and peak
+#    memory in one process (--switch step-graph-large);
+# 4. GPT-2 small's packed beam 4 step at batch 1 profiled (1.29x plain in pass 10, where the graph
 #    gained nothing): where its added time goes, by operator and by host wait.
-# Sized for one command of about five minutes (pass 10's parts: a switch_ab case 20-30 s; pass 5's
+# Sized for one command of about seven minutes (pass 10's parts: a switch_ab case 20-30 s; pass 5's
 # Llama grid about 60 s per mode at two repeats):
 #
 #     OUT=/some/folder bash benchmarks/results/gpu/next_run.sh
@@ -19,6 +24,9 @@ part llama_570 150 python3 benchmarks/decode_speed.py --device cuda --new-tokens
     --methods default --name llama_570
 part graph_llama_greedy 60 python3 benchmarks/switch_ab.py --switch step-graph --device cuda --new-tokens 64 \
     --repeats 5 --batch 1 --model llama-1.7b --dtype bfloat16 --beams 1 --output-dir "$R/switch_ab"
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # as passes 5 and 8 measured the 0.5k row
+part graph_llama_doc512 120 python3 benchmarks/switch_ab.py --switch step-graph-large --device cuda --new-tokens 64 \
+    --repeats 2 --batch 8 --model llama-1.7b --dtype bfloat16 --beams 4 --doc-tokens 512 --output-dir "$R/switch_ab"
 part gpt2_beam_profile 60 python3 benchmarks/profile_packed.py --device cuda --model gpt2-small --dtype float32 \
     --mode beam --batch 1 --new-tokens 16 --paths plain default --sync-debug --output-dir "$R/gpt2_beam_profile"
 cat "$R/parts.txt"
