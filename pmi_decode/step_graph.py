@@ -17,6 +17,7 @@ overwrites the recorded outputs).
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Callable
 
 import torch
@@ -45,6 +46,14 @@ class NotRecordable(RuntimeError):
     hold), found by a warm-up run before anything is recorded."""
 
 
+def _set_sync_check(mode) -> None:
+    """CUDA's synchronisation check set to ``mode``, without torch's warning at each switch that the
+    check is a prototype (the user did not ask for it)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Synchronization debug mode", category=UserWarning)
+        torch.cuda.set_sync_debug_mode(mode)
+
+
 def cuda_record(fn: Callable, inputs: tuple[torch.Tensor, ...]) -> Recorded:
     """Record ``fn`` on copies of ``inputs`` as a CUDA graph: (recorded inputs, recorded
     outputs, replay). One warm-up run first, on the stream the graph is then recorded on (lazily
@@ -57,12 +66,12 @@ def cuda_record(fn: Callable, inputs: tuple[torch.Tensor, ...]) -> Recorded:
     previous = torch.cuda.get_sync_debug_mode()
     try:
         with torch.cuda.stream(side):
-            torch.cuda.set_sync_debug_mode("error")
+            _set_sync_check("error")
             fn(*static_in)
     except RuntimeError as error:
         raise NotRecordable(str(error)) from error
     finally:
-        torch.cuda.set_sync_debug_mode(previous)
+        _set_sync_check(previous)
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):

@@ -219,3 +219,23 @@ def test_changed_settings_are_not_served_an_old_recording(kind, monkeypatch):
     weak, _ = paired(0.0, pmi)  # the same processor and stacked batch, alpha changed
     assert graphs and graphs[0].replays > 0
     assert torch.equal(strong, eager_strong) and torch.equal(weak, eager_weak)
+
+
+def test_the_sync_check_switch_keeps_torch_prototype_warning_from_the_user(monkeypatch):
+    """Recording switches CUDA's synchronisation check on and off; torch warns at each switch that
+    the check is a prototype, which the user never asked for. Other warnings still pass."""
+    import warnings
+
+    seen = []
+
+    def switch(mode):
+        seen.append(mode)
+        warnings.warn("Synchronization debug mode is a prototype feature", UserWarning)
+        warnings.warn("something else", UserWarning)
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", switch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pmi_decode.step_graph._set_sync_check("error")
+    assert seen == ["error"]
+    assert [str(w.message) for w in caught] == ["something else"]

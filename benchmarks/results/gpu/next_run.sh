@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The next GPU pass (not run yet), after pass 10 turned the step graph on for CUDA:
-# 1. the final choice's refusal test on CUDA (its scores now made on the sequences' device);
+# 1. the step graph and final choice tests on CUDA (the refusal test's scores now made on the
+#    sequences' device; the recording keeps torch's prototype warning from the user);
 # 2. the Llama shape (SmolLM2-1.7B, bfloat16) at ~570 prompt tokens with every default on, greedy and
 #    beam 4 at batch 1 and 8, to see that the graph costs the issue's main rows nothing (passes 5-8 on
 #    an H100: 1.01 / 1.04 greedy, 1.06 / 1.14 beam; rerun plain beside, as always), and the graph
@@ -17,8 +18,8 @@
 #
 #     OUT=/some/folder bash benchmarks/results/gpu/next_run.sh
 source benchmarks/results/gpu/parts.sh
-part record_refusals 40 env PMI_DECODE_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider \
-    tests/test_final_choice.py -k "refusals or recorded_scores"
+part graph_record_tests 90 env PMI_DECODE_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+    tests/test_step_graph.py tests/test_final_choice.py
 part llama_570 150 python3 benchmarks/decode_speed.py --device cuda --new-tokens 64 --output-dir $R --repeats 2 \
     --models llama-1.7b --dtype bfloat16 --datasets topicalchat --modes greedy beam --batch-sizes 1 8 \
     --methods default --name llama_570
