@@ -11,9 +11,11 @@
 #    (3.1M scores: 32 rows x 49,152, both halves) stays eager under it. At the 0.5k-token document
 #    (1.26x plain's memory in passes 5 and 8, target 1.25x): graph against eager, time and peak
 #    memory in one process (--switch step-graph-large);
-# 4. GPT-2 small's packed beam 4 step at batch 1 profiled (1.29x plain in pass 10, where the graph
+# 4. BART-base beam 4 at batch 16, 1.28x plain in pass 10's three repeats against 1.10x in pass 8
+#    (an H100): again with five repeats, with and without the final choice's record;
+# 5. GPT-2 small's packed beam 4 step at batch 1 profiled (1.29x plain in pass 10, where the graph
 #    gained nothing): where its added time goes, by operator and by host wait.
-# Sized for one command of about seven minutes (pass 10's parts: a switch_ab case 20-30 s; pass 5's
+# Sized for one command of about eight minutes (pass 10's parts: a switch_ab case 20-30 s; pass 5's
 # Llama grid about 60 s per mode at two repeats):
 #
 #     OUT=/some/folder bash benchmarks/results/gpu/next_run.sh
@@ -28,6 +30,8 @@ part graph_llama_greedy 60 python3 benchmarks/switch_ab.py --switch step-graph -
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # as passes 5 and 8 measured the 0.5k row
 part graph_llama_doc512 120 python3 benchmarks/switch_ab.py --switch step-graph-large --device cuda --new-tokens 64 \
     --repeats 2 --batch 8 --model llama-1.7b --dtype bfloat16 --beams 4 --doc-tokens 512 --output-dir "$R/switch_ab"
+part record_bart_beam_b16 80 python3 benchmarks/switch_ab.py --switch final-choice --device cuda --new-tokens 64 \
+    --repeats 5 --batch 16 --model bart-base --dtype float32 --beams 4 --output-dir "$R/switch_ab"
 part gpt2_beam_profile 60 python3 benchmarks/profile_packed.py --device cuda --model gpt2-small --dtype float32 \
     --mode beam --batch 1 --new-tokens 16 --paths plain default --sync-debug --output-dir "$R/gpt2_beam_profile"
 cat "$R/parts.txt"
