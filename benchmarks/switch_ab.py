@@ -16,6 +16,10 @@ before it (measured in the warm-up; ``*_memory_ratio`` against plain decoding).
   the host.
 - ``step-graph-large``: the same graph for steps above ``step_graph.MAX_ELEMENTS`` (which run
   eagerly as shipped); time and memory tell whether the limit should move.
+- ``buffered-cache``: the packed path's cache writes each step into buffers that grow in chunks
+  (``pmi_decode.packed.buffered_update``; on for the CPU); ``concatenated`` is transformers'
+  ``torch.cat`` of the whole cache at every step, after the step's keys and values are made
+  contiguous (``contiguous_update``).
 - ``additive-mask``: the packed step hands attention its mask as the additive float mask, made
   once per step (``pmi_decode.packed.additive_mask_step``); ``boolean`` leaves torch to convert the
   boolean mask in every layer.
@@ -56,6 +60,8 @@ SWITCHES = {
     "step-graph": ("graph", "eager", dict(),
                    (pmi_decode.step_graph, "GRAPHED_ON", ()), None),
     "step-graph-large": ("graph", "eager", dict(), None, (pmi_decode.step_graph, "MAX_ELEMENTS", 1 << 26)),
+    "buffered-cache": ("buffered", "concatenated", dict(packed=True), (pmi_decode.packed, "BUFFERED_ON", ()),
+                       (pmi_decode.packed, "BUFFERED_ON", ("cpu", "cuda"))),
     "additive-mask": ("additive", "boolean", dict(packed=True),
                       (pmi_decode.packed, "additive_mask_step", lambda original: original), None),
     "final-choice": ("model", "pmi", dict(),

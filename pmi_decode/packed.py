@@ -38,7 +38,7 @@ from .model_calls import (accepts_keyword, cache_keyword, config_has_plain_layer
 from .paired import StepChecks
 
 __all__ = ["PackedRows", "packed_path_blocker", "ATTENTION_WITH_CUSTOM_MASKS", "grouped_query_step",
-           "additive_mask_step", "contiguous_update", "generated_positions_reorder"]
+           "additive_mask_step", "contiguous_update", "buffered_update", "BUFFERED_ON", "generated_positions_reorder"]
 
 #: Attention implementations the packed path runs on: ``sdpa`` reads a custom 4-D boolean mask as
 #: given (True = attend). Flash attention takes no 4-D mask, flex attention wants a block mask, and
@@ -195,6 +195,53 @@ def contiguous_update(cache) -> None:
     cache.update = contiguous
 
 
+#: Device types on which the packed path's cache writes each step into buffers that grow in chunks
+#: (:func:`buffered_update`) instead of ``torch.cat``-ing the whole cache at every step
+#: (:func:`contiguous_update`). The CPU: measured faster there (``benchmarks/results/cpu_speed/buffered_cache/``).
+#: A GPU: not timed yet, nor its peak memory (``benchmarks/switch_ab.py --switch buffered-cache``).
+BUFFERED_ON: tuple[str, ...] = ("cpu",)
+#: A buffer grows by at least this many positions, and by at least 1/32 of its length: a step adds
+#: two positions, so a growth comes every 16 steps at most, and a buffer holds at most 3% + 32
+#: positions it does not use.
+GROWTH = 32
+
+
+def buffered_update(cache) -> None:
+    """Give this cache (an instance attribute, this call's cache only) an ``update`` that writes a
+    step's keys and values into per-layer buffers with room to grow, and leaves each layer a view
+    of the part filled so far.
+
+    Why: transformers' dynamic layer appends with ``torch.cat``, which copies the whole cache at
+    every step, and the packed step's two new positions must first be made contiguous for that
+    copy to be fast (:func:`contiguous_update`): four kernels a layer. Here a step writes only its
+    own positions (one copy for the keys, one for the values, reading the transposed view as it
+    is); the whole cache is copied only when a buffer grows (:data:`GROWTH`). The same values, so
+    the same attention. A layer whose keys are no longer the view this left (a reorder that
+    replaced them, say) is copied into a new buffer. Holds the cache weakly, as
+    :func:`contiguous_update` does."""
+    owner = weakref.ref(cache)
+    buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def update(key_states, value_states, layer_idx, *args, **kwargs):
+        layer = owner().layers[layer_idx]
+        keys, values = layer.keys, layer.values
+        filled, add = keys.shape[-2], key_states.shape[-2]
+        held = buffers.get(layer_idx)
+        if (held is None or held[0].shape[-2] < filled + add or held[0].shape[:-2] != keys.shape[:-2]
+                or keys.data_ptr() != held[0].data_ptr() or values.data_ptr() != held[1].data_ptr()):
+            room = filled + add + max(GROWTH, (filled + add) // 32)
+            held = tuple(t.new_empty(*t.shape[:-2], room, t.shape[-1]) for t in (keys, values))
+            held[0][..., :filled, :].copy_(keys)
+            held[1][..., :filled, :].copy_(values)
+            buffers[layer_idx] = held
+        held[0][..., filled:filled + add, :].copy_(key_states)
+        held[1][..., filled:filled + add, :].copy_(value_states)
+        layer.keys, layer.values = held[0][..., :filled + add, :], held[1][..., :filled + add, :]
+        return layer.keys, layer.values
+
+    cache.update = update
+
+
 #: What the packed path says when beam search picks a parent outside a row's own prompt.
 CROSS_PROMPT_PARENT = ("the packed path: beam search picked a parent row of another prompt, and the packed cache "
                        "reorders only the generated positions; decode this call with packed=False")
@@ -319,7 +366,9 @@ class PackedRows:
         for layer, other in zip(cache.layers, u_cache.layers):
             layer.keys = torch.cat([layer.keys, other.keys], dim=-2)
             layer.values = torch.cat([layer.values, other.values], dim=-2)
-        contiguous_update(cache)
+        # an offloading cache moves its layers between devices inside its own update: left to it
+        buffered = ids.device.type in BUFFERED_ON and not getattr(cache, "offloading", False)
+        (buffered_update if buffered else contiguous_update)(cache)
         generated_positions_reorder(cache, cache.get_seq_length(), k, self.checks)
         u_mask = self.uncond_mask.repeat_interleave(k, dim=0).bool()
         c_mask = mask.bool()

@@ -53,3 +53,16 @@ def _recorded_steps(monkeypatch):
         import pmi_decode.step_graph
 
         monkeypatch.setattr(pmi_decode.step_graph, "GRAPHED_ON", (os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu"),))
+
+
+@pytest.fixture(autouse=True)
+def _buffered_cache(monkeypatch):
+    """``PMI_DECODE_TEST_BUFFERED_CACHE=1``: every test runs with the packed path's cache buffered
+    (pmi_decode.packed.buffered_update) on the test device as well, so the exactness suite checks it
+    where it is not on by default (a GPU, for now):
+        PMI_DECODE_TEST_BUFFERED_CACHE=1 PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness"""
+    if os.environ.get("PMI_DECODE_TEST_BUFFERED_CACHE") == "1":
+        import pmi_decode.packed
+
+        device = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu").split(":")[0]
+        monkeypatch.setattr(pmi_decode.packed, "BUFFERED_ON", (*pmi_decode.packed.BUFFERED_ON, device))

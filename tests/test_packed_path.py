@@ -312,12 +312,15 @@ def test_packed_output_dict_equals_the_separate_paths(mode):
 
 
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
-def test_the_packed_step_appends_contiguous_keys_and_values(kind):
-    """The two-position step's keys and values reach the cache contiguous (torch.cat over a
-    transposed view copies the whole cache with a slow kernel on a GPU), and the tokens stay the
-    separate path's."""
+def test_the_packed_step_appends_contiguous_keys_and_values(kind, monkeypatch):
+    """Where the cache is not buffered (a GPU, for now), the two-position step's keys and values
+    reach the cache contiguous (torch.cat over a transposed view copies the whole cache with a slow
+    kernel on a GPU), and the tokens stay the separate path's."""
     from transformers.cache_utils import DynamicLayer
 
+    import pmi_decode.packed
+
+    monkeypatch.setattr(pmi_decode.packed, "BUFFERED_ON", ())
     model, inputs = setup(kind)
     seen = []
     original = DynamicLayer.update
@@ -369,6 +372,46 @@ def test_contiguous_update_hands_on_contiguous_views_and_holds_the_cache_weakly(
             assert ref() is None  # freed at once, without a garbage collection
         finally:
             gc.enable()
+
+
+def test_buffered_update_equals_concatenation_and_copies_the_cache_only_when_it_grows():
+    """Each step's returned keys and values are those torch.cat would give; the layer holds a view
+    of a buffer that is replaced only when it runs out of room (or when something replaced the
+    layer's keys, as transformers' whole-cache reorder does), and the cache is freed at once."""
+    import gc
+    import weakref
+
+    from transformers import DynamicCache
+
+    from pmi_decode.packed import GROWTH, buffered_update
+
+    torch.manual_seed(0)
+    cache = DynamicCache()
+    keys, values = torch.randn(3, 2, 40, 4), torch.randn(3, 2, 40, 4)
+    cache.update(keys, values, 0)
+    buffered_update(cache)
+    buffers = set()
+    for step in range(3 * GROWTH):
+        new_k, new_v = torch.randn(3, 2, 2, 4), torch.randn(3, 2, 2, 4)
+        k_view, v_view = new_k.transpose(1, 2).contiguous().transpose(1, 2), new_v  # a strided view and a plain one
+        got_k, got_v = cache.update(k_view, v_view, 0)
+        keys, values = torch.cat([keys, new_k], dim=-2), torch.cat([values, new_v], dim=-2)
+        assert torch.equal(got_k, keys) and torch.equal(got_v, values)
+        assert cache.layers[0].keys is got_k and cache.get_seq_length() == keys.shape[-2]
+        buffers.add(got_k.untyped_storage().data_ptr())
+        if step == GROWTH:  # a reorder that replaces the layer's tensors, as transformers' own does
+            order = torch.tensor([2, 0, 1])
+            cache.layers[0].keys = cache.layers[0].keys.index_select(0, order)
+            cache.layers[0].values = cache.layers[0].values.index_select(0, order)
+            keys, values = keys[order], values[order]
+    assert 2 <= len(buffers) <= 2 + 3 * GROWTH * 2 // GROWTH  # a few growths, not one copy a step
+    gc.disable()
+    try:
+        ref = weakref.ref(cache)
+        del cache, got_k, got_v
+        assert ref() is None
+    finally:
+        gc.enable()
 
 
 def test_the_generated_positions_reorder_equals_a_whole_reorder_and_refuses_other_prompts():
