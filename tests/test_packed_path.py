@@ -311,6 +311,31 @@ def test_packed_output_dict_equals_the_separate_paths(mode):
         torch.testing.assert_close(got, expected)
 
 
+@pytest.mark.exactness
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+@pytest.mark.parametrize("mode", ["greedy", "beam", "sampling"])
+@pytest.mark.parametrize("buffered", [False, True])
+def test_both_cache_appends_give_the_separate_paths_tokens(kind, mode, buffered, monkeypatch):
+    """The cache buffered (pmi_decode.packed.buffered_update, the CPU's default) and concatenated
+    by transformers (contiguous_update, a GPU's), each against the separate path, whatever the
+    test device's default is."""
+    import pmi_decode.packed
+
+    model, inputs = setup(kind)
+    device = model.device.type
+    monkeypatch.setattr(pmi_decode.packed, "BUFFERED_ON", (device,) if buffered else ())
+    calls = []
+    monkeypatch.setattr(pmi_decode.packed, "buffered_update",
+                        lambda cache, real=pmi_decode.packed.buffered_update: (calls.append(1), real(cache))[1])
+    options = dict(**MODES[mode], **NEW)
+    torch.manual_seed(0)
+    ref = separate(model, inputs, 0.5, 0.9, **options)
+    torch.manual_seed(0)
+    got = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **options)
+    assert torch.equal(got, ref)
+    assert bool(calls) == buffered
+
+
 @pytest.mark.parametrize("kind", ["llama", "gpt2"])
 def test_the_packed_step_appends_contiguous_keys_and_values(kind, monkeypatch):
     """Where the cache is not buffered (a GPU, for now), the two-position step's keys and values
