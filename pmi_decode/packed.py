@@ -218,7 +218,14 @@ def buffered_update(cache) -> None:
     is); the whole cache is copied only when a buffer grows (:data:`GROWTH`). The same values, so
     the same attention. A layer whose keys are no longer the view this left (a reorder that
     replaced them, say) is copied into a new buffer. Holds the cache weakly, as
-    :func:`contiguous_update` does."""
+    :func:`contiguous_update` does.
+
+    A cache whose ``update`` does more than append (a function already set on the instance, or an
+    offloading cache, which moves its layers between devices there) keeps it, through
+    :func:`contiguous_update`: writing past it would skip what it does."""
+    if "update" in vars(cache) or getattr(cache, "offloading", False):
+        contiguous_update(cache)
+        return
     owner = weakref.ref(cache)
     buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -366,9 +373,7 @@ class PackedRows:
         for layer, other in zip(cache.layers, u_cache.layers):
             layer.keys = torch.cat([layer.keys, other.keys], dim=-2)
             layer.values = torch.cat([layer.values, other.values], dim=-2)
-        # an offloading cache moves its layers between devices inside its own update: left to it
-        buffered = ids.device.type in BUFFERED_ON and not getattr(cache, "offloading", False)
-        (buffered_update if buffered else contiguous_update)(cache)
+        (buffered_update if ids.device.type in BUFFERED_ON else contiguous_update)(cache)
         generated_positions_reorder(cache, cache.get_seq_length(), k, self.checks)
         u_mask = self.uncond_mask.repeat_interleave(k, dim=0).bool()
         c_mask = mask.bool()

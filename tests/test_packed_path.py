@@ -439,6 +439,34 @@ def test_buffered_update_equals_concatenation_and_copies_the_cache_only_when_it_
         gc.enable()
 
 
+@pytest.mark.parametrize("how", ["own update", "offloading"])
+def test_buffered_update_leaves_an_update_that_does_more_than_append(how, monkeypatch):
+    """A cache whose update is already someone's function, or which offloads its layers (in its
+    class's update), keeps that update, handed contiguous keys and values: nothing it does is skipped."""
+    from transformers import DynamicCache
+
+    from pmi_decode.packed import buffered_update
+
+    cache = DynamicCache()
+    cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4), 0)
+    seen = []
+
+    def spy(*args):
+        key, value, layer_idx = args[-3:]
+        seen.append((key.is_contiguous(), layer_idx))
+        return key, value
+
+    if how == "own update":
+        cache.update = lambda k, v, layer_idx: spy(k, v, layer_idx)
+    else:
+        cache.offloading = True
+        monkeypatch.setattr(DynamicCache, "update", spy)  # stands for the offloading update, CUDA streams and all
+    buffered_update(cache)
+    step = torch.randn(1, 2, 2, 4).transpose(1, 2).contiguous().transpose(1, 2)  # the packed step's strided view
+    cache.update(step, step, 0)
+    assert seen == [(True, 0)] and cache.layers[0].keys.shape[-2] == 3
+
+
 def test_the_generated_positions_reorder_equals_a_whole_reorder_and_refuses_other_prompts():
     """Where each prompt's rows share their prompt positions, moving only the generated positions
     gives the cache a whole reorder gives; a parent from another prompt is refused."""
