@@ -33,6 +33,7 @@ __all__ = [
     "mixed_length_records",
     "saved_tiny_model",
     "tiny_model",
+    "tiny_model_from_config",
     "tiny_tokenizer",
 ]
 
@@ -130,29 +131,39 @@ def tiny_model(
             encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=512, decoder_start_token_id=2,
             forced_bos_token_id=None, forced_eos_token_id=None, init_std=0.2, **common,
         )
-        model = AutoModelForSeq2SeqLM.from_config(cfg)
     elif kind == "t5":
         cfg = T5Config(
             d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
             decoder_start_token_id=0, vocab_size=vocab_size, pad_token_id=0, eos_token_id=2, initializer_factor=4.0,
         )
-        model = AutoModelForSeq2SeqLM.from_config(cfg)
     elif kind == "llama":
         cfg = LlamaConfig(
             hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=1024, **common,
         )
-        model = AutoModelForCausalLM.from_config(cfg)
     elif kind == "gpt2":
         cfg = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=1024, **common)
-        model = AutoModelForCausalLM.from_config(cfg)
     elif kind == "bloom":
         cfg = BloomConfig(hidden_size=32, n_layer=2, n_head=4, **common)
-        model = AutoModelForCausalLM.from_config(cfg)
     else:
         raise ValueError(kind)
+    model = (AutoModelForSeq2SeqLM if cfg.is_encoder_decoder else AutoModelForCausalLM).from_config(cfg)
     for key, value in overrides.items():
         setattr(model.config, key, value)
+    return _ready(model, dtype, logit_scale)
+
+
+def tiny_model_from_config(config, *, dtype=torch.float64, seed: int = 0, logit_scale: float = 1.0):
+    """A randomly initialised model of any family transformers builds from ``config`` (a small one),
+    made ready as :func:`tiny_model` makes its own: end and padding ids 2 and 0, no forced tokens,
+    the output layer scaled by ``logit_scale``, on the test device. For tests that reach past the
+    five families :func:`tiny_model` knows (tests/test_model_families.py)."""
+    torch.manual_seed(seed)
+    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    return _ready(auto.from_config(config), dtype, logit_scale)
+
+
+def _ready(model, dtype, logit_scale: float):
     if logit_scale != 1.0:
         head = model.get_output_embeddings()
         head.weight = torch.nn.Parameter(head.weight.detach().clone() * logit_scale)
@@ -160,8 +171,8 @@ def tiny_model(
             head.bias = torch.nn.Parameter(head.bias.detach().clone() * logit_scale)
     model.generation_config.pad_token_id = 0
     model.generation_config.eos_token_id = 2
-    if kind in ("bart", "t5"):
-        model.generation_config.decoder_start_token_id = cfg.decoder_start_token_id
+    if model.config.is_encoder_decoder:
+        model.generation_config.decoder_start_token_id = model.config.decoder_start_token_id
     model.generation_config.forced_bos_token_id = None
     model.generation_config.forced_eos_token_id = None
     return _finish(model, dtype)
