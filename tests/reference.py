@@ -81,3 +81,10 @@ class ReferencePMIDecode(LogitsProcessor):
 def unpadded(batch: dict) -> list[list[int]]:
     """The rows of a padded ``{"input_ids", "attention_mask"}`` batch without their padding."""
     return [ids[mask.bool()].tolist() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
+
+
+def reference_for(model, inputs: dict, alpha=0.5, p=0.9, **options) -> ReferencePMIDecode:
+    """The reference processor for the dialogues of ``inputs`` (what ``build_inputs`` returns):
+    their document-free prompts without padding, and the conditional prompts' width."""
+    return ReferencePMIDecode(alpha, p, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
+                              conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1], **options)

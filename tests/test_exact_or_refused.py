@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 import torch
-from reference import ReferencePMIDecode, unpadded
+from reference import reference_for
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, NoRepeatNGramLogitsProcessor
 
@@ -23,8 +23,7 @@ def setup(kind):
 
 
 def reference(model, inputs, alpha=0.5, p=0.9):
-    return ReferencePMIDecode(alpha, p, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
-                              conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1])
+    return reference_for(model, inputs, alpha, p)
 
 
 @pytest.mark.parametrize("paired", [None, True, False])

@@ -13,7 +13,7 @@ import copy
 
 import pytest
 import torch
-from reference import ReferencePMIDecode, unpadded
+from reference import reference_for
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 from transformers import GenerationConfig
 
@@ -51,8 +51,7 @@ def case(request):
 
 def reference(model, inputs, kwargs, gaps=None):
     cond = inputs["conditional"]
-    proc = ReferencePMIDecode(ALPHA, P, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
-                              conditional_prompt_length=cond["input_ids"].shape[1])
+    proc = reference_for(model, inputs, ALPHA, P)
     out = model.generate(**cond, logits_processor=[proc], **kwargs)
     if gaps is not None:
         gaps.extend(proc.gaps)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 import torch
-from reference import ReferencePMIDecode, unpadded
+from reference import reference_for
 from test_processor import setup
 from tiny_models import DIALOGUES, tiny_model, tiny_tokenizer
 from transformers import LogitsProcessor
@@ -18,8 +18,7 @@ MARKERS = ["Document:", "User:", "Agent:"]
 
 
 def reference(model, inputs, alpha, p):
-    return ReferencePMIDecode(alpha, p, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
-                              conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1])
+    return reference_for(model, inputs, alpha, p)
 
 
 class TowardMarker(LogitsProcessor):

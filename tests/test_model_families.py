@@ -11,7 +11,7 @@ that silently fell off the fast path, or ran it wrong, fails here.
 import pytest
 import torch
 import transformers as tf
-from reference import ReferencePMIDecode, unpadded
+from reference import reference_for
 from tiny_models import DIALOGUES, tiny_model_from_config, tiny_tokenizer
 
 from pmi_decode import build_inputs, pmi_generate
@@ -83,9 +83,7 @@ def seeded(call, **kwargs):
 def test_the_default_path_equals_the_slow_reference(family, mode):
     model, inputs = setup(family)
     options = dict(**NEW, **MODES[mode])
-    reference = ReferencePMIDecode(0.5, 0.9, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
-                                   conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1])
-    expected = model.generate(**inputs["conditional"], logits_processor=[reference], **options)
+    expected = model.generate(**inputs["conditional"], logits_processor=[reference_for(model, inputs)], **options)
     got = pmi_generate(model, inputs, alpha=0.5, p=0.9, **options)
     assert torch.equal(got, expected)
     assert not torch.equal(got, model.generate(**inputs["conditional"], **options))  # PMI changed something

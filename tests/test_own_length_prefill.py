@@ -3,7 +3,7 @@ the slow reference's tokens, and the joint prefill's, for rows of different leng
 
 import pytest
 import torch
-from reference import ReferencePMIDecode, unpadded
+from reference import reference_for
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 from transformers import AutoModelForCausalLM, MistralConfig
 
@@ -65,8 +65,7 @@ def _inputs(tok, model, layout):
 
 
 def _reference(model, inputs, mode, alpha=0.5, p=0.9):
-    proc = ReferencePMIDecode(alpha, p, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
-                              conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1])
+    proc = reference_for(model, inputs, alpha, p)
     return model.generate(**inputs["conditional"], logits_processor=[proc], **NEW, **MODES[mode])
 
 

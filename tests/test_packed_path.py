@@ -4,7 +4,7 @@ the cache, and refuse what they cannot run."""
 
 import pytest
 import torch
-from reference import ReferencePMIDecode, unpadded
+from reference import reference_for
 from test_generation import separate
 from test_generation import setup as setup_generation
 from tiny_models import DIALOGUES, tiny_tokenizer
@@ -47,8 +47,7 @@ def test_packed_equals_the_slow_reference(kind, mode):
     """Against the processor that re-runs every row's document-free sequence from scratch."""
     model, inputs = setup(kind)
     options = dict(**NEW, **MODES[mode])
-    ref = ReferencePMIDecode(0.5, 0.9, model=model, unconditional_ids=unpadded(inputs["unconditional"]),
-                             conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1])
+    ref = reference_for(model, inputs)
     torch.manual_seed(0)
     expected = model.generate(**inputs["conditional"], logits_processor=[ref], **options)
     torch.manual_seed(0)

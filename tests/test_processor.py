@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 from transformers import DynamicCache
-from reference import ReferencePMIDecode, unpadded
+from reference import reference_for
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
 from pmi_decode import PMIDecode, build_inputs, nucleus_mask, pmi_scores
@@ -38,13 +38,7 @@ def generate(model, inputs, processors, mode, seed=0, **extra):
 
 
 def reference(model, inputs, alpha, p):
-    return ReferencePMIDecode(
-        alpha,
-        p,
-        model=model,
-        unconditional_ids=unpadded(inputs["unconditional"]),
-        conditional_prompt_length=inputs["conditional"]["input_ids"].shape[1],
-    )
+    return reference_for(model, inputs, alpha, p)
 
 
 @pytest.mark.exactness
