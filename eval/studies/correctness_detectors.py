@@ -63,6 +63,8 @@ WRONG_FACT_SETS = [
      "the eighth set's errors)", "fact_integrity_ninth.jsonl"),
     ("tenth set (written apart from the rules after the list rule; run once: with the rules before the aside rule "
      "and everything after it, `--rules-of 8b32a8b`, 0.688 / 0.55)", "fact_integrity_tenth.jsonl"),
+    ("eleventh set (written by an annotator who had not seen the rules, ten new topics; first run with the rules "
+     "of 623abe1)", "fact_integrity_eleventh.jsonl"),
 ]
 ABSTENTION_SETS = [
     ("dev (written first; the rules were tuned on it)", "abstention_labels.jsonl"),
@@ -77,6 +79,8 @@ ABSTENTION_SETS = [
      "abstention_fifth.jsonl"),
     ("sixth set (written apart from the rules after they were widened; run once: the rules before the widening "
      "measure the same on it)", "abstention_sixth.jsonl"),
+    ("seventh set (written by an annotator who had not seen the rules, with answers that open like a hedge and "
+     "hedges about a side detail; first run with the rules of 623abe1)", "abstention_seventh.jsonl"),
 ]
 
 
