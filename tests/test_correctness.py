@@ -106,6 +106,35 @@ def test_answers_are_not_abstentions(response):
     assert not abstains(response)
 
 
+@pytest.mark.parametrize("response", [
+    "The timetable only covers the weekday buses, not the Sunday service.",
+    "The review talks about the food and the decor but not the prices.",
+    "That isn't something the flyer specifies.",
+])
+def test_abstentions_that_name_what_the_source_does_cover(response):
+    assert abstains(response)
+
+
+POOL_QUESTION = "Is the pool open on Sundays?"
+
+
+@pytest.mark.parametrize("response, expected", [
+    # an answer, then a hedge about something the user did not ask
+    ("Yes, it opens at 10 am on Sundays, though the page doesn't say whether lanes can be booked.", False),
+    ("It opens at 10 am on Sundays. The page doesn't mention the price of a swim, though.", False),
+    # the hedge is about what was asked
+    ("It opens at 10 am on weekdays, but the page doesn't say whether it is open on Sundays.", True),
+    # no answer before the hedge: a preamble, or facts that answer nothing
+    ("Sorry, I'm not able to answer that from the leisure centre's leaflet.", True),
+    ("The leaflet describes the sauna and the gym, but it doesn't mention the lanes.", True),
+])
+def test_a_hedge_about_a_side_detail_after_an_answer(response, expected):
+    """Given the question, the hedge must be about it to make the response an abstention; without
+    the question every hedge counts, as before."""
+    assert abstains(response, POOL_QUESTION) is expected
+    assert abstains(response)
+
+
 def test_abstention_precision_and_recall_on_hand_labels():
     rows = _rows("abstention_labels.jsonl")
     precision, recall = _precision_recall([(abstains(r["response"]), r["abstains"]) for r in rows])
@@ -172,6 +201,8 @@ WRONG_FACT_FLOORS = [
                                                    # then read and the rules widened on it: 0.73 / 0.80
     ("fact_integrity_ninth.jsonl", 0.65, 0.65),    # written apart; 0.70 / 0.70 before and after, 0.74 / 0.70 now
     ("fact_integrity_tenth.jsonl", 0.7, 0.55),     # written apart after every change, run once: 0.75 / 0.60
+    ("fact_integrity_eleventh.jsonl", 0.75, 0.9),  # another annotator; first run 0.71 / 0.75, then read: 0.79 / 0.95
+    ("fact_integrity_twelfth.jsonl", 0.8, 0.55),   # a second annotator, run once before and after: 0.86 / 0.60
 ]
 
 
@@ -479,3 +510,24 @@ def test_correctness_table_takes_plain_decoding_from_plain_file():
     other_dialogue = [dict(plain[0], history=["Until when on Saturdays?"]), plain[1]]
     with pytest.raises(SystemExit, match="not the same dialogues"):
         module.systems_from_files(files, other_dialogue)
+
+
+GYM = ("FitFoundry charges £32 a month for off-peak membership. Head coach Daniel Reyes runs the strength "
+       "classes, and Sofia Lindqvist leads the yoga sessions. The museum-style climbing wall costs £12.50 a visit "
+       "and the sauna six pounds. The summer offer runs until 28 June.")
+
+
+@pytest.mark.parametrize("response, wrong", [
+    ("Strength classes are run by our head coach, Sofia Lindqvist.", True),        # the appositive: Reyes's role
+    ("You should ask Sofia Lindqvist, who runs the strength classes.", True),      # the relative clause
+    ("Strength classes are run by our head coach, Daniel Reyes.", False),
+    ("Sofia Lindqvist, who leads the yoga sessions, is lovely.", False),
+    ("The instructors are Daniel Reyes, Sofia Lindqvist and others.", False),      # a list is no appositive
+    ("The climbing wall costs £12 a visit.", True),                                # £12.50 offers no £12
+    ("The climbing wall costs twelve pounds fifty a visit.", False),
+    ("The summer offer runs until the twenty-eighth of June.", False),
+    ("The summer offer runs until the twenty-seventh of June.", True),
+])
+def test_names_beside_their_roles_and_numbers_in_words(response, wrong):
+    found = wrong_facts(GYM, ["Tell me about the gym."], response)
+    assert bool(found) == wrong, found

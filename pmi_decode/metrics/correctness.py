@@ -34,7 +34,7 @@ import re
 from typing import Sequence
 
 from .fact_support import wrong_facts
-from .text import normalize_answer, sentences, words
+from .text import normalize_answer, porter_stem, sentences, words
 from .token_aggregation import load_nlp, load_nlp_ner
 
 __all__ = [
@@ -90,11 +90,16 @@ _ABSTAIN_PATTERNS = [
     r"\bnot something\s+(?:that\s+)?(?:i|we)(?:'m| am| are|'re)?\s+(?:able to|can)\b",
     r"\b(?:unknown|unclear|not known|no way to know|not clear)\b",
     rf"\b(?:no|nothing)\b[^.?!]{{0,40}}\b(?:in|on)\s+(?:the|this|that)\s+{_SOURCE}\b",
-    r"\bnot\s+(?:something|a detail|a thing|anything)\s+(?:that\s+)?(?:the|this|i|we)\b[^.?!]{0,30}\b(?:cover|mention|say|know|have)",
+    r"(?:\bnot|n't)\s+(?:something|a detail|a thing|anything)\s+(?:that\s+)?(?:the|this|i|we)\b[^.?!]{0,30}\b(?:cover|mention|say|know|have|"
+    r"specif|state|give|list|include|tell|go(?:es)? into)",
     r"\bcan't (?:help|answer) (?:you )?with that\b",
     rf"\b{_TELL}\s+nothing\s+(?:about|on|of|regarding|as to)\b",
     r"^\W*(?:can't|cannot|can not|couldn't)\s+(?:really\s+)?(?:say|tell)\b",
     rf"\b(?:it|they|the\s+\w+|this\s+\w+)\s+{_TELL}\b[^.?!]{{0,80}}\bbut\s+not\s+(?:who|what|when|where|why|how|which|whether)\b",
+    # "the page only covers the weekday timetable, not Sunday services", "it talks about X but not Y"
+    # (not when a colon goes on to the answer: "it lists the lunch prices but not the dinner ones: lunch is 12 euros")
+    rf"\b(?:it|they|the\s+\w+|this\s+\w+)\s+(?:only\s+)?(?:{_TELL}|talks?\s+about|discuss(?:es)?|deals?\s+with|goes\s+into)\b"
+    rf"[^.?!]{{0,80}}(?:,\s*|\bbut\s+)not\s+(?:about\s+|on\s+)?\w+(?![^.?!]*:)",
 ]
 _ABSTAIN = [re.compile(p, re.IGNORECASE) for p in _ABSTAIN_PATTERNS]
 # "I'm not sure, but I think it opens at 9" / "I don't know, but I'm pretty sure it was Bohemond": a
@@ -156,29 +161,72 @@ def answer_recall(response: str, answers: Sequence[str]) -> float | None:
     return best
 
 
-def abstains(response: str) -> bool:
+def abstains(response: str, question: str | None = None) -> bool:
     """Whether the response says that it (or its source) does not tell, in any of the usual
     wordings ("the document doesn't mention ...", "I'm not sure", "there is no information on
     ...", "that isn't specified", "no idea", "hard to say", "it says nothing about ...", "it covers
-    when, but not who"), rather than asserting an answer. A
+    when, but not who", "the page only covers weekdays, not Sundays"), rather than asserting an
+    answer. A
     negative answer ("the museum is not open on Mondays") is not an abstention: every pattern
     needs a verb of telling or knowing, or a noun of information. A hedge followed by an answer
     asserts the answer, in the same sentence ("I'm not sure, but I think it opens at 9", "... but
     it says it was finished in the 1850s") or in a later one that opens with a guess ("I don't
-    know. I think it was made out of silver.", "My best estimate would be 28 inches")."""
+    know. I think it was made out of silver.", "My best estimate would be 28 inches").
+
+    Given the ``question``, a hedge about a side detail after an answer does not count either:
+    "Yes, it opens at 10 on Sundays, though the page doesn't say whether lanes can be booked",
+    asked whether the pool opens on Sundays. It is a side detail when an answer (a clause that
+    opens with yes or no or holds a number) comes before it and what it says is not told shares
+    no content word (Porter stem) with the question (:func:`_side_detail`)."""
     if not isinstance(response, str):
         raise ValueError(f"expected a string response, got {type(response).__name__}")
     text = response.replace("\u2019", "'")
     parts = sentences(text) or [text]
-    hedges = [_hedges(sentence) for sentence in parts]
+    asked = _content_stems(question.replace("\u2019", "'")) if question else None
+    hedges = []
+    for i, sentence in enumerate(parts):
+        hit = _hedge(sentence)
+        hedges.append(hit is not None and not (asked and _side_detail(" ".join(parts[:i]), sentence, hit, asked)))
     guesses = [not hedge and _GUESS_OPENING.search(sentence) is not None for sentence, hedge in zip(parts, hedges)]
     return any(hedge and not any(guesses[i + 1:]) for i, hedge in enumerate(hedges))
 
 
-def _hedges(sentence: str) -> bool:
-    """The sentence says it (or its source) does not tell, and does not go on to an answer."""
+def _hedge(sentence: str):
+    """Where the sentence says it (or its source) does not tell (the first pattern's match), if
+    it does and does not go on to an answer; ``None`` otherwise."""
     hit = next((m for p in _ABSTAIN for m in [p.search(sentence)] if m), None)
-    return hit is not None and not _HEDGED_ANSWER.search(sentence, hit.end())
+    return hit if hit is not None and not _HEDGED_ANSWER.search(sentence, hit.end()) else None
+
+
+_OBJECT_END = re.compile(r"[,;:.!?]|\b(?:but|though|although|however)\b", re.IGNORECASE)
+_CLAUSE_BREAK = re.compile(r"[,;:.!?]|\b(?:but|though|although|while|and)\b", re.IGNORECASE)
+# an answer clause says something specific: it opens with yes or no, or it holds a number
+_SPECIFIC = re.compile(r"^\W*(?:yes|no)\b|\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+                       r"fifteen|twenty|thirty|forty|fifty|sixty|hundred|thousand|half|quarter|noon|midnight)\b",
+                       re.IGNORECASE)
+_NOT_TOLD = re.compile(rf"\b(?:{_SOURCE}|information|mention|details?|data|anything|answer|sure|whether)\b", re.IGNORECASE)
+
+
+def _content_stems(text: str) -> frozenset:
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    return frozenset(porter_stem(w) for w in re.findall(r"[a-z]+", text.lower()) if len(w) > 2 and w not in STOP_WORDS)
+
+
+def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
+    """The hedge ``hit`` of ``sentence`` is about a side detail: before it stands an answer, a
+    clause of three words or more that is no hedge, opens with yes or no or holds a number, and
+    ends at a clause break ("Yes, it opens at 10 on Sundays, though the page ..."), and what the
+    hedge says is not told (up to the clause's end, the source's own name left out) shares no
+    content stem with the question (``asked``)."""
+    before = f"{earlier} {sentence[:hit.start()]}".strip()
+    breaks = list(_CLAUSE_BREAK.finditer(before))
+    answer = before[:breaks[-1].start()] if breaks else ""
+    if (len(re.findall(r"[a-z0-9]+(?:'[a-z]+)?", answer.lower())) < 3 or not _SPECIFIC.search(answer)
+            or any(p.search(before) for p in _ABSTAIN)):
+        return False
+    told = _content_stems(_NOT_TOLD.sub(" ", _OBJECT_END.split(sentence[hit.end():], maxsplit=1)[0]))
+    return bool(told) and not (told & asked)
 
 
 def response_words(response: str) -> int:
@@ -232,7 +280,7 @@ def correctness_measures(documents: Sequence[str], histories: Sequence[Sequence[
         if can is False and refs:
             raise ValueError("a row marked unanswerable has reference answers")
         wrong = wrong_facts(document, history, response, nlp=nlp, nlp_ner=nlp_ner)
-        abstained = abstains(response)
+        abstained = abstains(response, history[-1] if history else None)
         match = answer_match(response, refs)
         answerable_row = can is True or bool(refs)
         rows.append({

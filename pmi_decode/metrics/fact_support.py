@@ -65,7 +65,10 @@ _NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60
                       "eighty": "80", "ninety": "90", "hundred": "100", "thousand": "1000",
                       "million": "1000000", "billion": "1000000000", "dozen": "12"})
 _ORDINAL_WORDS = {"first": "1", "second": "2", "third": "3", "fourth": "4", "fifth": "5", "sixth": "6",
-                  "seventh": "7", "eighth": "8", "ninth": "9", "tenth": "10"}
+                  "seventh": "7", "eighth": "8", "ninth": "9", "tenth": "10", "eleventh": "11", "twelfth": "12",
+                  "thirteenth": "13", "fourteenth": "14", "fifteenth": "15", "sixteenth": "16",
+                  "seventeenth": "17", "eighteenth": "18", "nineteenth": "19", "twentieth": "20",
+                  "thirtieth": "30"}
 #: Date and time entities that are facts only with a number or a name in them.
 _VAGUE_LABELS = frozenset({"DATE", "TIME"})
 _DIGITS = re.compile(r"^\d[\d,]*(\.\d+)?$")
@@ -236,6 +239,8 @@ _CALENDAR_WORDS = frozenset({"start", "end", "beginning", "begin", "middle", "mi
 _TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 _COMPOUND_NUMBER = re.compile(r"\b(" + "|".join(_TENS) + r")[- ](one|two|three|four|five|six|seven|eight|nine)\b",
                               re.IGNORECASE)
+_COMPOUND_ORDINAL = re.compile(r"\b(" + "|".join(_TENS) + r")[- ](first|second|third|fourth|fifth|sixth|seventh|eighth|"
+                               r"ninth)\b", re.IGNORECASE)
 _NUMBER_IN_TOKEN = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
 
 
@@ -246,6 +251,7 @@ _HUNDREDS = re.compile(_UNIT + r" hundred(?: and)?(?: " + _UNIT + r")?\b", re.IG
 _UNIT_WORD = _UNIT[1:-1].replace("|\\d+", "")
 _THOUSANDS = re.compile(rf"\b(\d{{1,3}}|{_UNIT_WORD}) thousand(?:,? (?:and )?(\d{{1,3}}|{_UNIT_WORD})\b)?", re.IGNORECASE)
 _AND_A_HALF = re.compile(_UNIT + r" and a half\b", re.IGNORECASE)
+_AMOUNT_AND_CENTS = re.compile(_UNIT + r" (dollars?|pounds?|euros?) (\d{1,2})\b(?![.,:]\d)", re.IGNORECASE)
 _PAST = re.compile(r"\b(?:a )?(quarter|half) past " + _UNIT + r"\b", re.IGNORECASE)
 _TO = re.compile(r"\b(?:a )?quarter to " + _UNIT + r"\b", re.IGNORECASE)
 
@@ -257,17 +263,24 @@ def _small(word: str) -> int:
 def _compound_numbers(text: str) -> str:
     """Numbers written in words as digits, so that they match the document's digits:
     "ninety-three" -> "93", "two hundred and thirty" -> "230", "one thousand one hundred and
-    fifty" -> "1150", "four and a half" -> "4.5",
-    "half past eight" -> "8:30", "a quarter to seven" -> "6:45"."""
+    fifty" -> "1150", "four and a half" -> "4.5", "six pounds fifty" -> "6.50 pounds",
+    "half past eight" -> "8:30", "a quarter to seven" -> "6:45", "the twenty-eighth of June" ->
+    "the 28th of June"."""
     def tens(match):
         return str((_TENS.index(match.group(1).lower()) + 2) * 10 + int(_NUMBER_WORDS[match.group(2).lower()]))
 
+    def ordinal(match):
+        unit = int(_ORDINAL_WORDS[match.group(2).lower()])
+        return f"{(_TENS.index(match.group(1).lower()) + 2) * 10 + unit}{({1: 'st', 2: 'nd', 3: 'rd'}).get(unit, 'th')}"
+
+    text = _COMPOUND_ORDINAL.sub(ordinal, text)
     text = _COMPOUND_NUMBER.sub(tens, text)
     text = re.sub(r"\b(" + "|".join(_TENS) + r")\b", lambda m: str((_TENS.index(m.group(1).lower()) + 2) * 10),
                   text, flags=re.IGNORECASE)
     text = _HUNDREDS.sub(lambda m: str(100 * _small(m.group(1)) + (_small(m.group(2)) if m.group(2) else 0)), text)
     text = _THOUSANDS.sub(lambda m: str(1000 * _small(m.group(1)) + (_small(m.group(2)) if m.group(2) else 0)), text)
     text = _AND_A_HALF.sub(lambda m: f"{_small(m.group(1))}.5", text)
+    text = _AMOUNT_AND_CENTS.sub(lambda m: f"{_small(m.group(1))}.{int(m.group(3)):02d} {m.group(2)}", text)
     text = _PAST.sub(lambda m: f"{_small(m.group(2))}:{15 if m.group(1).lower() == 'quarter' else 30}", text)
     return _TO.sub(lambda m: f"{(_small(m.group(1)) - 2) % 12 + 1}:45", text)
 
@@ -276,7 +289,8 @@ def _token_forms(token) -> frozenset:
     if token.text in _SIGN_WORDS:
         return frozenset({token.text, *_SIGN_WORDS[token.text]})
     forms = _forms(token)
-    for part in re.findall(r"\w+", token.text.lower()):
+    # a decimal or thousands-separated number stays whole ("12.50" offers no 12), words split ("six-week")
+    for part in re.findall(r"\d+(?:[.,]\d+)*|[^\W\d_]+|\d+|_+", token.text.lower()):
         forms |= {part, _stem(part)}
         if number_value(part) is not None:  # "six-week" offers 6
             forms.add("#" + number_value(part))
@@ -581,7 +595,7 @@ def _said_of_someone_else(k, units, spans, places, parsed, doc_sentences, people
     """The names' counterpart of :func:`_said_of_something_else`: what person unit ``k``'s clause
     says of them (the head coach, the architect) points to another person the document names
     more than to them ("the head coach is Maren Tulliver", where she is the captain)."""
-    described = _described_words(parsed, units, spans, k, doc_sentences)
+    described = _described_words(parsed, units, spans, k, doc_sentences, _appositive(parsed, units, spans, k))
     if not described or not places:
         return False
     weights = _rarity_weights(described, doc_sentences)
@@ -706,16 +720,19 @@ def _clause(parsed, spans, k, reach: int = _CLAUSE_REACH) -> list:
     return out
 
 
-def _described_words(parsed, units, spans, k, doc_sentences) -> list[tuple[tuple, bool]]:
+def _described_words(parsed, units, spans, k, doc_sentences, extra=()) -> list[tuple[tuple, bool]]:
     """What number unit ``k`` is said of, as the document has it: the nouns and adjectives of its
-    clause outside every unit, and the proper nouns of the names in it ("the *annual pass* costs
-    2 dollars", "in *Turbo* mode the range is 85 km"), each as ``(forms, is_name)``."""
+    clause outside every unit (and of ``extra`` tokens), and the proper nouns of the names in it
+    ("the *annual pass* costs 2 dollars", "in *Turbo* mode the range is 85 km"), each as
+    ``(forms, is_name)``."""
     numbers = {i for j, span in enumerate(spans) if span is not None and (units[j]["numeric"] or j == k)
                for i in range(span[0], span[1] + 1)}
     names = {i for j, span in enumerate(spans) if span is not None and not units[j]["numeric"] and j != k
              for i in range(span[0], span[1] + 1)}
     words = []
-    for token in _clause(parsed, spans, k, _ABOUT_REACH):
+    clause = _clause(parsed, spans, k, _ABOUT_REACH)
+    seen = {token.i for token in clause}
+    for token in clause + [t for t in extra if t.i not in seen]:
         name = token.i in names and token.pos_ == "PROPN"
         if token.i in numbers or token.is_stop or not token.text.isalpha() or token.text.lower() in _NOT_COUNTED or not (
                 name or (token.i not in names and token.pos_ in ("NOUN", "ADJ"))):
@@ -724,6 +741,36 @@ def _described_words(parsed, units, spans, k, doc_sentences) -> list[tuple[tuple
         if any(_has(sentence, forms) for sentence in doc_sentences):
             words.append((forms, name))
     return words
+
+
+#: Words that open an appositive or a relative clause after a name's comma ("Dr. Okafor, *who*
+#: looks after the exotic pets", "Janet Holloway, *the* headteacher").
+_APPOSITIVE_OPENINGS = frozenset({"who", "whose", "the", "our", "their", "its", "a", "an", "his", "her"})
+
+
+def _appositive(parsed, units, spans, k) -> list:
+    """The tokens of what a comma sets beside name ``k``, which the name's own clause stops at:
+    noun phrase just before it ("run by *our head coach*, Sofia Lindqvist", when the phrase ends
+    in a common noun, not another name: a list of names is no appositive), and an appositive or a
+    relative clause just after it ("Janet Holloway, *the headteacher*", "Dr. Okafor, *who looks
+    after the exotic pets*"), each up to the next clause break."""
+    lo, hi = spans[k]
+    taken = {i for j, span in enumerate(spans) if span is not None and j != k for i in range(span[0], span[1] + 1)}
+    out = []
+    before = lo - 2
+    if lo >= 2 and parsed[lo - 1].text == "," and before not in taken and parsed[before].pos_ == "NOUN":
+        i = before  # the noun phrase only ("the island's ruler"), not the clause it ends
+        while i >= 0 and lo - i <= _ABOUT_REACH and i not in taken and (
+                parsed[i].pos_ in ("NOUN", "ADJ", "DET", "PRON") or parsed[i].tag_ == "POS"):
+            out.append(parsed[i])
+            i -= 1
+    after = hi + 2
+    if after < len(parsed) and parsed[hi + 1].text == "," and parsed[after].text.lower() in _APPOSITIVE_OPENINGS:
+        i = after
+        while i < len(parsed) and i - hi <= _ABOUT_REACH and parsed[i].text.lower() not in _CLAUSE_BREAKS:
+            out.append(parsed[i])
+            i += 1
+    return out
 
 
 #: Words after a number that say its sign or clock, not what it counts ("75 *dollars*", "9 *am*").

@@ -7,13 +7,15 @@ its own record's document and history).
     python docs/results/correctness/issue24/detector_recount.py wrong_facts 38a7e96 \
         > docs/results/correctness/issue24/wrong_fact_recount.json   # and cfa0108 > ..._cfa0108.json
 
-``abstains`` is :func:`pmi_decode.metrics.correctness.abstains` (a verdict per text);
+``abstains`` is :func:`pmi_decode.metrics.correctness.abstains` (a verdict per text and question,
+for the rules that read the question: since 9d1f873);
 ``wrong_facts`` is :func:`pmi_decode.metrics.fact_support.wrong_facts` (the verdict is whether it
 finds a wrong number, and whether it finds a wrong name).
 """
 import argparse
 import glob
 import importlib
+import inspect
 import json
 import subprocess
 import types
@@ -36,6 +38,9 @@ def module_at(commit: str, name: str) -> types.ModuleType:
 
 def verdict(module, detector: str, record: dict, text: str):
     if detector == "abstains":
+        history = record.get("history") or []
+        if history and "question" in inspect.signature(module.abstains).parameters:  # the rules since 9d1f873
+            return module.abstains(text, history[-1])
         return module.abstains(text)
     wrong = module.wrong_facts(record.get("document", ""), record.get("history") or [], text)
     return {"wrong_number": any(u["numeric"] for u in wrong), "wrong_name": any(not u["numeric"] for u in wrong)}
@@ -56,8 +61,9 @@ def main():
                 text = record.get(key)
                 if not isinstance(text, str):
                     continue
-                # abstention reads the text alone; a wrong fact depends on the document too
-                identity = text if args.detector == "abstains" else (text, record.get("document"), str(record.get("history")))
+                # abstention reads the text and the question; a wrong fact depends on the document too
+                identity = (text, str(record.get("history"))) if args.detector == "abstains" else (
+                    text, record.get("document"), str(record.get("history")))
                 if identity in seen:
                     continue
                 seen.add(identity)
