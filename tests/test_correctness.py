@@ -135,6 +135,24 @@ def test_a_hedge_about_a_side_detail_after_an_answer(response, expected):
     assert abstains(response)
 
 
+@pytest.mark.parametrize("question, response, expected", [
+    # the answer after a hedge about something else
+    ("Is the fun run still on this Sunday?",
+     "The notice doesn't give a reason, but it does say the run is postponed to 12 May.", False),
+    # the same shape, hedging on what was asked: the facts after it answer nothing
+    ("When did the shop open?", "It doesn't say when it opened, but it does list the hours as 9 to 5.", True),
+    # a clause that only says what the source covers is no answer, however specific
+    ("Who won the 1987 regatta?", "The booklet mentions the 1987 regatta was held in rain, but it doesn't name the winner.",
+     True),
+    ("Why was the concert cancelled?", "The notice doesn't go into that.", True),
+    ("What is the pass mark?", "That detail is missing from the guide you shared.", True),
+    ("Who is the head chef?", "The review praises the kitchen but never names the chef.", True),
+    ("How much is a new card?", "I'm not completely certain, but the fees table seems to list it at 2.50 pounds.", False),
+])
+def test_hedges_beside_answers_and_what_the_source_covers(question, response, expected):
+    assert abstains(response, question) is expected
+
+
 def test_abstention_precision_and_recall_on_hand_labels():
     rows = _rows("abstention_labels.jsonl")
     precision, recall = _precision_recall([(abstains(r["response"]), r["abstains"]) for r in rows])
@@ -203,6 +221,7 @@ WRONG_FACT_FLOORS = [
     ("fact_integrity_tenth.jsonl", 0.7, 0.55),     # written apart after every change, run once: 0.75 / 0.60
     ("fact_integrity_eleventh.jsonl", 0.75, 0.9),  # another annotator; first run 0.71 / 0.75, then read: 0.79 / 0.95
     ("fact_integrity_twelfth.jsonl", 0.8, 0.55),   # a second annotator, run once before and after: 0.86 / 0.60
+    ("fact_integrity_thirteenth.jsonl", 0.65, 0.8),  # a third annotator, run once: 0.71 / 0.85 (before 0.64 / 0.70)
 ]
 
 

@@ -61,7 +61,9 @@ _TELL = (r"(?:say|says|said|mention|mentions|mentioned|specify|specifies|specifi
          r"addresses|addressed|note|notes|noted|reveal|reveals|disclose|discloses|describe|describes|described)")
 _SOURCE = (r"(?:document|text|passage|article|page|information|context|source|website|site|description|details?|info|"
            r"leaflet|brochure|sheet|notes|menu|announcement|syllabus|guide|listing|schedule|timetable|excerpt|manual|"
-           r"policy|pamphlet|flyer|notice|post|entry|record|records|material|what (?:i|we) (?:have|know|was given))")
+           r"policy|pamphlet|flyer|notice|post|entry|record|records|material|booklet|review|report|newsletter|letter|"
+           r"sign|poster|bulletin|programme|program|catalogue|catalog|faq|invoice|email|summary|"
+           r"what (?:i|we) (?:have|know|was given))")
 _ABSTAIN_PATTERNS = [
     rf"\b(?:does|do|did)\s*(?:not|n't)\s+(?:\w+\s+){{0,2}}{_TELL}\b",
     rf"\b(?:doesn't|don't|didn't|isn't|aren't|wasn't|weren't|is not|are not|was not|were not|not)\s+(?:\w+\s+){{0,1}}"
@@ -96,6 +98,10 @@ _ABSTAIN_PATTERNS = [
     rf"\b{_TELL}\s+nothing\s+(?:about|on|of|regarding|as to)\b",
     r"^\W*(?:can't|cannot|can not|couldn't)\s+(?:really\s+)?(?:say|tell)\b",
     rf"\b(?:it|they|the\s+\w+|this\s+\w+)\s+{_TELL}\b[^.?!]{{0,80}}\bbut\s+not\s+(?:who|what|when|where|why|how|which|whether)\b",
+    # "the notice doesn't go into that", "that detail is missing from the guide", "the review never names the chef"
+    r"\b(?:does|do|did)\s*(?:not|n't)\s+go\s+into\s+(?:that|this|it|detail|details|specifics)\b",
+    rf"\bmissing\s+from\s+(?:the|this|that|your|my|our)\s+(?:\w+\s+){{0,2}}{_SOURCE}\b",
+    rf"\b(?:it|they|the\s+\w+|this\s+\w+|but)\s+never\s+(?:\w+\s+){{0,1}}{_TELL}\b",
     # "the page only covers the weekday timetable, not Sunday services", "it talks about X but not Y"
     # (not when a colon goes on to the answer: "it lists the lunch prices but not the dinner ones: lunch is 12 euros")
     rf"\b(?:it|they|the\s+\w+|this\s+\w+)\s+(?:only\s+)?(?:{_TELL}|talks?\s+about|discuss(?:es)?|deals?\s+with|goes\s+into)\b"
@@ -106,7 +112,8 @@ _ABSTAIN = [re.compile(p, re.IGNORECASE) for p in _ABSTAIN_PATTERNS]
 # hedge followed by an answer asserts the answer.
 _HEDGED_ANSWER = re.compile(r"\bbut\s+(?:i\s+(?:think|believe|guess|suppose|would say)|"
                             r"(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|it(?:'s| is| was| should| looks| seems| appears)|"
-                            r"(?:it|the\s+\w+)\s+(?:says|states|mentions|notes|lists|shows|gives)\b(?!\s+(?:to|nothing|no)\b)|"
+                            r"(?:it|the\s+\w+(?:\s+\w+)?)\s+(?:(?:seems|appears)\s+to\s+(?:say|state|mention|list|show|give)|"
+                            r"says|states|mentions|notes|lists|shows|gives)\b(?!\s+(?:to|nothing|no)\b)|"
                             r"there(?:'s| is| are| should)|they(?:'re| are| should)|probably|likely|maybe|perhaps|"
                             r"roughly|about|around|usually|most likely)\b", re.IGNORECASE)
 # "I don't know. I think it was made out of silver.": a sentence that opens with a guess, after the
@@ -200,10 +207,13 @@ def _hedge(sentence: str):
 
 _OBJECT_END = re.compile(r"[,;:.!?]|\b(?:but|though|although|however)\b", re.IGNORECASE)
 _CLAUSE_BREAK = re.compile(r"[,;:.!?]|\b(?:but|though|although|while|and)\b", re.IGNORECASE)
-# an answer clause says something specific: it opens with yes or no, or it holds a number
+# an answer clause says something specific: it opens with yes or no, or it holds a number, a day or a month
 _SPECIFIC = re.compile(r"^\W*(?:yes|no)\b|\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
-                       r"fifteen|twenty|thirty|forty|fifty|sixty|hundred|thousand|half|quarter|noon|midnight)\b",
+                       r"fifteen|twenty|thirty|forty|fifty|sixty|hundred|thousand|half|quarter|noon|midnight|monday|tuesday|"
+                       r"wednesday|thursday|friday|saturday|sunday|january|february|march|april|june|july|august|"
+                       r"september|october|november|december)\b",
                        re.IGNORECASE)
+_SOURCE_SAYS = re.compile(rf"\b{_SOURCE}\s+(?:\w+\s+){{0,1}}{_TELL}\b", re.IGNORECASE)
 _NOT_TOLD = re.compile(rf"\b(?:{_SOURCE}|information|mention|details?|data|anything|answer|sure|whether)\b", re.IGNORECASE)
 
 
@@ -214,19 +224,36 @@ def _content_stems(text: str) -> frozenset:
 
 
 def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
-    """The hedge ``hit`` of ``sentence`` is about a side detail: before it stands an answer, a
-    clause of three words or more that is no hedge, opens with yes or no or holds a number, and
-    ends at a clause break ("Yes, it opens at 10 on Sundays, though the page ..."), and what the
-    hedge says is not told (up to the clause's end, the source's own name left out) shares no
-    content stem with the question (``asked``)."""
+    """The hedge ``hit`` of ``sentence`` is about a side detail beside an answer.
+
+    The answer is a clause of three words or more that is no hedge and opens with yes or no or
+    holds a number, a day or a month: before the hedge, ended by a clause break ("Yes, it opens at 10 on Sundays,
+    though the page ..."; a clause that only says what the source covers, "the booklet mentions
+    the 1987 regatta, but ...", answers nothing), or after it in the same sentence ("The notice
+    doesn't give a reason, but it says the run is postponed to 12 May"). What the hedge says is not
+    told (up to its clause's end, the source's own name left out, and without the words the
+    answer already uses) must share no content stem with the question (``asked``)."""
     before = f"{earlier} {sentence[:hit.start()]}".strip()
     breaks = list(_CLAUSE_BREAK.finditer(before))
-    answer = before[:breaks[-1].start()] if breaks else ""
-    if (len(re.findall(r"[a-z0-9]+(?:'[a-z]+)?", answer.lower())) < 3 or not _SPECIFIC.search(answer)
-            or any(p.search(before) for p in _ABSTAIN)):
+    answer_before = before[:breaks[-1].start()] if breaks else ""
+    rest = sentence[hit.end():]
+    end = _OBJECT_END.search(rest)
+    told_text, answer_after = (rest[:end.start()], rest[end.end():]) if end else (rest, "")
+    if any(p.search(before) for p in _ABSTAIN):
         return False
-    told = _content_stems(_NOT_TOLD.sub(" ", _OBJECT_END.split(sentence[hit.end():], maxsplit=1)[0]))
+    if _answers(answer_before) and not _SOURCE_SAYS.search(answer_before):
+        answer = answer_before
+    elif _answers(answer_after) and _hedge(answer_after) is None:
+        answer = answer_after
+    else:
+        return False
+    told = _content_stems(_NOT_TOLD.sub(" ", told_text)) - _content_stems(answer)
     return bool(told) and not (told & asked)
+
+
+def _answers(clause: str) -> bool:
+    """A clause of three words or more that opens with yes or no or holds a number, a day or a month."""
+    return len(re.findall(r"[a-z0-9]+(?:'[a-z]+)?", clause.lower())) >= 3 and _SPECIFIC.search(clause) is not None
 
 
 def response_words(response: str) -> int:
