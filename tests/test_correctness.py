@@ -159,6 +159,24 @@ def test_abstention_precision_and_recall_on_hand_labels():
     assert precision >= 0.9 and recall >= 0.9, (precision, recall)  # measured: 1.0, 1.0 (the rules' development set)
 
 
+# The abstention sets written apart from the rules, read with their questions, with floors under
+# what they measure now (docs/results/correctness/detectors.json; docs/metrics.md, their history).
+ABSTENTION_FLOORS = [
+    ("abstention_fifth.jsonl", 0.9, 0.95),     # written apart, run once: 0.91 / 1.00; now 1.00 / 1.00
+    ("abstention_sixth.jsonl", 0.85, 0.85),    # written apart, run once: 0.86 / 0.90; now 0.90 / 0.90
+    ("abstention_seventh.jsonl", 0.95, 0.95),  # another annotator; first run 0.85 / 0.85, then read: 1.00 / 1.00
+    ("abstention_eighth.jsonl", 0.9, 0.95),    # a second annotator; 0.70 / 0.80 before, then read: 0.95 / 1.00
+    ("abstention_ninth.jsonl", 0.95, 0.75),    # a third annotator, run once: 1.00 / 0.80 (before 0.75 / 0.75)
+]
+
+
+@pytest.mark.parametrize("name, precision_floor, recall_floor", ABSTENTION_FLOORS)
+def test_abstention_precision_and_recall_on_sets_written_apart(name, precision_floor, recall_floor):
+    rows = _rows(name)
+    precision, recall = _precision_recall([(abstains(r["response"], r["question"]), r["abstains"]) for r in rows])
+    assert precision >= precision_floor and recall >= recall_floor, (name, precision, recall)
+
+
 @pytest.mark.parametrize("response, reason", [
     ("The library is open Monday to Friday from 9 am to 4 pm.", None),   # 4 pm is Saturday's
     ("Members can borrow up to 3 books.", "counted noun"),               # 3 is the weeks
