@@ -239,7 +239,8 @@ WRONG_FACT_FLOORS = [
     ("fact_integrity_tenth.jsonl", 0.7, 0.55),     # written apart after every change, run once: 0.75 / 0.60
     ("fact_integrity_eleventh.jsonl", 0.75, 0.9),  # another annotator; first run 0.71 / 0.75, then read: 0.79 / 0.95
     ("fact_integrity_twelfth.jsonl", 0.8, 0.55),   # a second annotator, run once before and after: 0.86 / 0.60
-    ("fact_integrity_thirteenth.jsonl", 0.65, 0.8),  # a third annotator, run once: 0.71 / 0.85 (before 0.64 / 0.70)
+    ("fact_integrity_thirteenth.jsonl", 0.7, 0.8),   # a third annotator; 0.71 / 0.85 (before 0.64 / 0.70), read: 0.74
+    ("fact_integrity_fourteenth.jsonl", 0.7, 0.75),  # a fourth annotator, after every change, run once: 0.73 / 0.80
 ]
 
 
@@ -550,7 +551,7 @@ def test_correctness_table_takes_plain_decoding_from_plain_file():
 
 
 GYM = ("FitFoundry charges £32 a month for off-peak membership. Head coach Daniel Reyes runs the strength "
-       "classes, and Sofia Lindqvist leads the yoga sessions. The museum-style climbing wall costs £12.50 a visit "
+       "classes, and Sofia Lindqvist leads the yoga sessions at 6:20. The museum-style climbing wall costs £12.50 a visit "
        "and the sauna six pounds. The summer offer runs until 28 June.")
 
 
@@ -564,6 +565,8 @@ GYM = ("FitFoundry charges £32 a month for off-peak membership. Head coach Dani
     ("The climbing wall costs twelve pounds fifty a visit.", False),
     ("The summer offer runs until the twenty-eighth of June.", False),
     ("The summer offer runs until the twenty-seventh of June.", True),
+    ("The yoga sessions start at twenty past six.", False),
+    ("The yoga sessions start at ten past six.", True),
 ])
 def test_names_beside_their_roles_and_numbers_in_words(response, wrong):
     found = wrong_facts(GYM, ["Tell me about the gym."], response)

@@ -29,7 +29,8 @@ def main(argv=None):
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
     rows = [json.loads(line) for line in open(args.generations) if line.strip()]
-    chosen = [r for r in rows if abstains(r["plain_response"])]
+    asked = [r["history"][-1] if r.get("history") else None for r in rows]
+    chosen = [r for r, question in zip(rows, asked) if abstains(r["plain_response"], question)]
     scores = PMIFaith(args.model).score([r["document"] for r in chosen], [r["history"] for r in chosen],
                                         [r["plain_response"] for r in chosen], return_tokens=True)
     out = []
@@ -40,7 +41,7 @@ def main(argv=None):
                     "token_logprob_dh": [round(v, 3) for v in score["token_logprob_dh"][:k]]})
     first = [o["token_cpmi"][0] for o in out]
     summary = {"records": len(rows), "plain_abstentions": len(out),
-               "pmi_abstentions": sum(abstains(r["pmi_response"]) for r in rows),
+               "pmi_abstentions": sum(abstains(r["pmi_response"], question) for r, question in zip(rows, asked)),
                "first_token_cpmi_mean": round(sum(first) / len(first), 3) if first else None}
     Path(args.output).write_text(json.dumps({"summary": summary, "rows": out}, indent=1, ensure_ascii=False))
     print(json.dumps(summary, indent=1))

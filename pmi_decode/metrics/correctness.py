@@ -92,8 +92,8 @@ _ABSTAIN_PATTERNS = [
     r"\bnot something\s+(?:that\s+)?(?:i|we)(?:'m| am| are|'re)?\s+(?:able to|can)\b",
     r"\b(?:unknown|unclear|not known|no way to know|not clear)\b",
     rf"\b(?:no|nothing)\b[^.?!]{{0,40}}\b(?:in|on)\s+(?:the|this|that)\s+{_SOURCE}\b",
-    r"(?:\bnot|n't)\s+(?:something|a detail|a thing|anything)\s+(?:that\s+)?(?:the|this|i|we)\b[^.?!]{0,30}\b(?:cover|mention|say|know|have|"
-    r"specif|state|give|list|include|tell|go(?:es)? into)",
+    r"(?:\bnot|n't)\s+(?:something|a detail|a thing|anything)\s+(?:that\s+)?(?:the|this|i|we)\b[^.?!]{0,30}"
+    r"\b(?:cover|mention|say|know|have|specif|state|give|list|include|tell|go(?:es)? into)",
     r"\bcan't (?:help|answer) (?:you )?with that\b",
     rf"\b{_TELL}\s+nothing\s+(?:about|on|of|regarding|as to)\b",
     r"^\W*(?:can't|cannot|can not|couldn't)\s+(?:really\s+)?(?:say|tell)\b",
@@ -182,9 +182,11 @@ def abstains(response: str, question: str | None = None) -> bool:
 
     Given the ``question``, a hedge about a side detail after an answer does not count either:
     "Yes, it opens at 10 on Sundays, though the page doesn't say whether lanes can be booked",
-    asked whether the pool opens on Sundays. It is a side detail when an answer (a clause that
-    opens with yes or no or holds a number) comes before it and what it says is not told shares
-    no content word (Porter stem) with the question (:func:`_side_detail`)."""
+    asked whether the pool opens on Sundays, and neither does one before an answer ("The notice
+    doesn't give a reason, but it says the run is postponed to 12 May"). It is a side detail when
+    an answer (a clause that opens with yes or no or holds a number, a day or a month) stands
+    beside it and what it says is not told shares no content word (Porter stem) with the question
+    (:func:`_side_detail`)."""
     if not isinstance(response, str):
         raise ValueError(f"expected a string response, got {type(response).__name__}")
     text = response.replace("\u2019", "'")
@@ -209,12 +211,12 @@ _OBJECT_END = re.compile(r"[,;:.!?]|\b(?:but|though|although|however)\b", re.IGN
 _CLAUSE_BREAK = re.compile(r"[,;:.!?]|\b(?:but|though|although|while|and)\b", re.IGNORECASE)
 # an answer clause says something specific: it opens with yes or no, or it holds a number, a day or a month
 _SPECIFIC = re.compile(r"^\W*(?:yes|no)\b|\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
-                       r"fifteen|twenty|thirty|forty|fifty|sixty|hundred|thousand|half|quarter|noon|midnight|monday|tuesday|"
-                       r"wednesday|thursday|friday|saturday|sunday|january|february|march|april|june|july|august|"
-                       r"september|october|november|december)\b",
-                       re.IGNORECASE)
+                       r"fifteen|twenty|thirty|forty|fifty|sixty|hundred|thousand|half|quarter|noon|midnight|"
+                       r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|april|"
+                       r"june|july|august|september|october|november|december)\b", re.IGNORECASE)
 _SOURCE_SAYS = re.compile(rf"\b{_SOURCE}\s+(?:\w+\s+){{0,1}}{_TELL}\b", re.IGNORECASE)
-_NOT_TOLD = re.compile(rf"\b(?:{_SOURCE}|information|mention|details?|data|anything|answer|sure|whether)\b", re.IGNORECASE)
+_NOT_TOLD = re.compile(rf"\b(?:{_SOURCE}|information|mention|details?|data|anything|answer|sure|whether)\b",
+                       re.IGNORECASE)
 
 
 def _content_stems(text: str) -> frozenset:
@@ -227,12 +229,12 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
     """The hedge ``hit`` of ``sentence`` is about a side detail beside an answer.
 
     The answer is a clause of three words or more that is no hedge and opens with yes or no or
-    holds a number, a day or a month: before the hedge, ended by a clause break ("Yes, it opens at 10 on Sundays,
-    though the page ..."; a clause that only says what the source covers, "the booklet mentions
-    the 1987 regatta, but ...", answers nothing), or after it in the same sentence ("The notice
-    doesn't give a reason, but it says the run is postponed to 12 May"). What the hedge says is not
-    told (up to its clause's end, the source's own name left out, and without the words the
-    answer already uses) must share no content stem with the question (``asked``)."""
+    holds a number, a day or a month: before the hedge, ended by a clause break ("Yes, it opens at
+    10 on Sundays, though the page ..."; a clause that only says what the source covers, "the
+    booklet mentions the 1987 regatta, but ...", answers nothing), or after it in the same sentence
+    ("The notice doesn't give a reason, but it says the run is postponed to 12 May"). What the
+    hedge says is not told (up to its clause's end, the source's own name left out, and without
+    the words the answer already uses) must share no content stem with the question (``asked``)."""
     before = f"{earlier} {sentence[:hit.start()]}".strip()
     breaks = list(_CLAUSE_BREAK.finditer(before))
     answer_before = before[:breaks[-1].start()] if breaks else ""

@@ -252,7 +252,9 @@ _UNIT_WORD = _UNIT[1:-1].replace("|\\d+", "")
 _THOUSANDS = re.compile(rf"\b(\d{{1,3}}|{_UNIT_WORD}) thousand(?:,? (?:and )?(\d{{1,3}}|{_UNIT_WORD})\b)?", re.IGNORECASE)
 _AND_A_HALF = re.compile(_UNIT + r" and a half\b", re.IGNORECASE)
 _AMOUNT_AND_CENTS = re.compile(_UNIT + r" (dollars?|pounds?|euros?) (\d{1,2})\b(?![.,:]\d)", re.IGNORECASE)
-_PAST = re.compile(r"\b(?:a )?(quarter|half) past " + _UNIT + r"\b", re.IGNORECASE)
+_PAST = re.compile(r"\b(?:a )?(quarter|half|five|ten|[1-5]?[05]|[1-5]?\d(?= minutes))(?: minutes)? past "
+                   + _UNIT + r"\b", re.IGNORECASE)
+_MINUTES = {"quarter": "15", "half": "30", "five": "5", "ten": "10"}
 _TO = re.compile(r"\b(?:a )?quarter to " + _UNIT + r"\b", re.IGNORECASE)
 
 
@@ -264,7 +266,8 @@ def _compound_numbers(text: str) -> str:
     """Numbers written in words as digits, so that they match the document's digits:
     "ninety-three" -> "93", "two hundred and thirty" -> "230", "one thousand one hundred and
     fifty" -> "1150", "four and a half" -> "4.5", "six pounds fifty" -> "6.50 pounds",
-    "half past eight" -> "8:30", "a quarter to seven" -> "6:45", "the twenty-eighth of June" ->
+    "half past eight" -> "8:30", "twenty past ten" -> "10:20", "a quarter to seven" -> "6:45",
+    "the twenty-eighth of June" ->
     "the 28th of June"."""
     def tens(match):
         return str((_TENS.index(match.group(1).lower()) + 2) * 10 + int(_NUMBER_WORDS[match.group(2).lower()]))
@@ -281,7 +284,7 @@ def _compound_numbers(text: str) -> str:
     text = _THOUSANDS.sub(lambda m: str(1000 * _small(m.group(1)) + (_small(m.group(2)) if m.group(2) else 0)), text)
     text = _AND_A_HALF.sub(lambda m: f"{_small(m.group(1))}.5", text)
     text = _AMOUNT_AND_CENTS.sub(lambda m: f"{_small(m.group(1))}.{int(m.group(3)):02d} {m.group(2)}", text)
-    text = _PAST.sub(lambda m: f"{_small(m.group(2))}:{15 if m.group(1).lower() == 'quarter' else 30}", text)
+    text = _PAST.sub(lambda m: f"{_small(m.group(2))}:{_MINUTES.get(m.group(1).lower(), m.group(1)).zfill(2)}", text)
     return _TO.sub(lambda m: f"{(_small(m.group(1)) - 2) % 12 + 1}:45", text)
 
 
