@@ -115,6 +115,18 @@ def test_abstentions_that_name_what_the_source_does_cover(response):
     assert abstains(response)
 
 
+@pytest.mark.parametrize("response, expected", [
+    ("No clue, sorry.", True),
+    ("I don't have that; the newsletter only lists the spring term dates.", True),
+    ("I don't have that problem with the app.", False),
+    ("The events page only gives the date and price of the workshop, not an age range.", True),
+    ("The fixture list gives the opponents and the venue but no kick-off time.", True),
+    ("No, the café doesn't take cards.", False),
+])
+def test_terse_hedges_and_what_the_source_gives_without_the_answer(response, expected):
+    assert abstains(response) is expected
+
+
 POOL_QUESTION = "Is the pool open on Sundays?"
 
 
@@ -166,7 +178,8 @@ ABSTENTION_FLOORS = [
     ("abstention_sixth.jsonl", 0.85, 0.85),    # written apart, run once: 0.86 / 0.90; now 0.90 / 0.90
     ("abstention_seventh.jsonl", 0.95, 0.95),  # another annotator; first run 0.85 / 0.85, then read: 1.00 / 1.00
     ("abstention_eighth.jsonl", 0.9, 0.95),    # a second annotator; 0.70 / 0.80 before, then read: 0.95 / 1.00
-    ("abstention_ninth.jsonl", 0.95, 0.75),    # a third annotator, run once: 1.00 / 0.80 (before 0.75 / 0.75)
+    ("abstention_ninth.jsonl", 0.95, 0.95),    # a third annotator; 1.00 / 0.80 (before 0.75 / 0.75), read: 1.00 / 1.00
+    ("abstention_tenth.jsonl", 0.95, 0.9),     # a fourth annotator, run once: 1.00 / 0.95 (before 0.76 / 0.80)
 ]
 
 

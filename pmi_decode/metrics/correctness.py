@@ -70,7 +70,7 @@ _ABSTAIN_PATTERNS = [
     rf"(?:{_TELL}|known|clear|available|specified|mentioned|stated|listed|given|provided|included)\b"
     rf"(?:\s+(?:in|on|by|from)\s+(?:the|this|that|my|our)?\s*{_SOURCE})?(?=\W*$|\s*[.,;:!?]|\s+(?:in|on|here|there|anywhere|by|from|for)\b)",
     rf"\b(?:no|not any|nothing)\s+(?:\w+\s+){{0,1}}(?:information|mention|details?|data|record|indication|word|info|reference|answer)\b",
-    r"\b(?:no|not the (?:slightest|faintest|foggiest))\s+idea\b",
+    r"\b(?:no|not the (?:slightest|faintest|foggiest))\s+(?:idea|clue)\b",
     r"^\W*(?:i'm\s+|i am\s+)?not\s+(?:really\s+|quite\s+|too\s+)?(?:sure|certain)\b",
     r"\b(?:no|not any|not a|there's no|there is no)\s+(?:\w+\s+)?(?:way|means)\s+(?:for me\s+|of\s+)?(?:to\s+)?(?:know|knowing|tell|telling|say|saying|determine)\b",
     r"\b(?:hard|difficult|impossible|not possible)\s+to\s+(?:say|tell|know|determine)(?=\W*$|\s*[.,;:!?]|\s+(?:from|which|what|who|"
@@ -79,6 +79,7 @@ _ABSTAIN_PATTERNS = [
     r"\b(?:i|we)\s+(?:really\s+)?(?:don't|do not|can't|cannot|can not|couldn't|could not|am not able to|'m not able to|"
     r"am unable to|'m unable to|have no way to)\s+(?:\w+\s+){0,1}(?:know|find|tell|say|answer|determine|see|confirm|locate|help with)\b",
     r"\b(?:i|we)\s+(?:don't|do not)\s+have\s+(?:any\s+)?(?:\w+\s+){0,1}(?:information|details?|data|info|answer|record)",
+    r"\b(?:i|we)\s+(?:don't|do not)\s+have\s+(?:that|this|it)(?=\s*(?:[;,.!?]|$))",
     r"\b(?:i'm|i am|we're|we are)\s+not\s+(?:\w+\s+){0,1}(?:sure|certain|aware)\b",
     r"\b(?:unable|not able|wasn't able|was not able|weren't able)\s+to\s+(?:find|answer|determine|tell|say|confirm|locate)\b",
     r"\b(?:i|we)\s+(?:have|had|'ve got)\s+nothing\s+(?:on|about|regarding)\b",
@@ -104,8 +105,9 @@ _ABSTAIN_PATTERNS = [
     rf"\b(?:it|they|the\s+\w+|this\s+\w+|but)\s+never\s+(?:\w+\s+){{0,1}}{_TELL}\b",
     # "the page only covers the weekday timetable, not Sunday services", "it talks about X but not Y"
     # (not when a colon goes on to the answer: "it lists the lunch prices but not the dinner ones: lunch is 12 euros")
-    rf"\b(?:it|they|the\s+\w+|this\s+\w+)\s+(?:only\s+)?(?:{_TELL}|talks?\s+about|discuss(?:es)?|deals?\s+with|goes\s+into)\b"
-    rf"[^.?!]{{0,80}}(?:,\s*|\bbut\s+)not\s+(?:about\s+|on\s+)?\w+(?![^.?!]*:)",
+    # "the events page only gives the date, not an age range", "the list gives the venue but no kick-off time"
+    rf"\b(?:it|they|the\s+\w+(?:\s+\w+)?|this\s+\w+)\s+(?:only\s+)?(?:{_TELL}|talks?\s+about|discuss(?:es)?|"
+    rf"deals?\s+with|goes\s+into)\b[^.?!]{{0,80}}(?:,\s*|\bbut\s+)(?:not|no)\s+(?:about\s+|on\s+)?\w+(?![^.?!]*:)",
 ]
 _ABSTAIN = [re.compile(p, re.IGNORECASE) for p in _ABSTAIN_PATTERNS]
 # "I'm not sure, but I think it opens at 9" / "I don't know, but I'm pretty sure it was Bohemond": a
