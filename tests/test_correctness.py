@@ -76,6 +76,13 @@ def test_recited_share_counts_words_past_the_answering_sentence():
     "Can't say from this.",
     "The pamphlet covers when the tower was built, but not who designed it.",
     "The page doesn't list the fee, but it says to ask at the front desk.",
+    "The timetable only covers the weekday buses, not the Sunday service.",
+    "The review talks about the food and the decor but not the prices.",
+    "That isn't something the flyer specifies.",
+    "No clue, sorry.",
+    "I don't have that; the newsletter only lists the spring term dates.",
+    "The events page only gives the date and price of the workshop, not an age range.",
+    "The fixture list gives the opponents and the venue but no kick-off time.",
 ])
 def test_abstentions(response):
     assert abstains(response)
@@ -101,30 +108,11 @@ def test_abstentions(response):
     "The fare page doesn't say. My best estimate would be 28 inches.",
     "The brochure doesn't state the price. It's probably around 50 euros.",
     "The menu lists the lunch prices but not the dinner ones: lunch is 12 euros.",
+    "I don't have that problem with the app.",
+    "No, the café doesn't take cards.",
 ])
 def test_answers_are_not_abstentions(response):
     assert not abstains(response)
-
-
-@pytest.mark.parametrize("response", [
-    "The timetable only covers the weekday buses, not the Sunday service.",
-    "The review talks about the food and the decor but not the prices.",
-    "That isn't something the flyer specifies.",
-])
-def test_abstentions_that_name_what_the_source_does_cover(response):
-    assert abstains(response)
-
-
-@pytest.mark.parametrize("response, expected", [
-    ("No clue, sorry.", True),
-    ("I don't have that; the newsletter only lists the spring term dates.", True),
-    ("I don't have that problem with the app.", False),
-    ("The events page only gives the date and price of the workshop, not an age range.", True),
-    ("The fixture list gives the opponents and the venue but no kick-off time.", True),
-    ("No, the café doesn't take cards.", False),
-])
-def test_terse_hedges_and_what_the_source_gives_without_the_answer(response, expected):
-    assert abstains(response) is expected
 
 
 POOL_QUESTION = "Is the pool open on Sundays?"
