@@ -135,6 +135,11 @@ def test_a_hedge_about_a_side_detail_after_an_answer(response, expected):
     assert abstains(response)
 
 
+def test_a_question_that_is_not_text_is_refused():
+    with pytest.raises(ValueError, match="question as a string"):
+        abstains("I'm not sure.", ["Is it open?"])
+
+
 @pytest.mark.parametrize("question, response, expected", [
     # the answer after a hedge about something else
     ("Is the fun run still on this Sunday?",

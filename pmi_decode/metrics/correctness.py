@@ -191,6 +191,8 @@ def abstains(response: str, question: str | None = None) -> bool:
     (:func:`_side_detail`)."""
     if not isinstance(response, str):
         raise ValueError(f"expected a string response, got {type(response).__name__}")
+    if question is not None and not isinstance(question, str):
+        raise ValueError(f"expected the question as a string (or None), got {type(question).__name__}")
     text = response.replace("\u2019", "'")
     parts = sentences(text) or [text]
     asked = _content_stems(question.replace("\u2019", "'")) if question else None
