@@ -267,14 +267,14 @@ def _compound_numbers(text: str) -> str:
     "ninety-three" -> "93", "two hundred and thirty" -> "230", "one thousand one hundred and
     fifty" -> "1150", "four and a half" -> "4.5", "six pounds fifty" -> "6.50 pounds",
     "half past eight" -> "8:30", "twenty past ten" -> "10:20", "a quarter to seven" -> "6:45",
-    "the twenty-eighth of June" ->
-    "the 28th of June"."""
+    "the twenty-eighth of June" -> "the 28th of June"."""
     def tens(match):
         return str((_TENS.index(match.group(1).lower()) + 2) * 10 + int(_NUMBER_WORDS[match.group(2).lower()]))
 
     def ordinal(match):
         unit = int(_ORDINAL_WORDS[match.group(2).lower()])
-        return f"{(_TENS.index(match.group(1).lower()) + 2) * 10 + unit}{({1: 'st', 2: 'nd', 3: 'rd'}).get(unit, 'th')}"
+        suffix = {1: "st", 2: "nd", 3: "rd"}.get(unit, "th")
+        return f"{(_TENS.index(match.group(1).lower()) + 2) * 10 + unit}{suffix}"
 
     text = _COMPOUND_ORDINAL.sub(ordinal, text)
     text = _COMPOUND_NUMBER.sub(tens, text)
@@ -753,7 +753,7 @@ _APPOSITIVE_OPENINGS = frozenset({"who", "whose", "the", "our", "their", "its", 
 
 def _appositive(parsed, units, spans, k) -> list:
     """The tokens of what a comma sets beside name ``k``, which the name's own clause stops at:
-    noun phrase just before it ("run by *our head coach*, Sofia Lindqvist", when the phrase ends
+    a noun phrase just before it ("run by *our head coach*, Sofia Lindqvist", when the phrase ends
     in a common noun, not another name: a list of names is no appositive), and an appositive or a
     relative clause just after it ("Janet Holloway, *the headteacher*", "Dr. Okafor, *who looks
     after the exotic pets*"), each up to the next clause break."""
