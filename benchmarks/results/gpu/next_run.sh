@@ -13,14 +13,15 @@
 #    1.25x; the buffer's unused room can add up to 3% + 32 positions, no whole-cache copy a step)
 #    and GPT-2 small greedy at batch 1 (two kernels a layer fewer).
 # The second command is next_run2.sh. Sizes from pass 10 (a switch_ab case 20-30 s, the exactness
-# suite about 100 s with 12 workers) and pass 5 (the Llama grid about 60 s per mode at two repeats):
+# suite about 100 s with 12 workers, more with the 121 model-family tests since) and pass 5 (the
+# Llama grid about 60 s per mode at two repeats); the parts' limits add up to 560 s (timeout_s 590):
 #
 #     OUT=/some/folder bash benchmarks/results/gpu/next_run.sh
 source benchmarks/results/gpu/parts.sh
 export PMI_DECODE_TEST_DEVICE=cuda
 part unit_tests 90 env PMI_DECODE_TEST_BUFFERED_CACHE=1 python3 -m pytest -q -p no:cacheprovider -n 4 \
     tests/test_step_graph.py tests/test_final_choice.py tests/test_packed_path.py
-part exactness_buffered 130 env PMI_DECODE_TEST_BUFFERED_CACHE=1 python3 -m pytest -m exactness -q \
+part exactness_buffered 170 env PMI_DECODE_TEST_BUFFERED_CACHE=1 python3 -m pytest -m exactness -q \
     -p no:cacheprovider -n 12 tests
 part llama_570 150 python3 benchmarks/decode_speed.py --device cuda --new-tokens 64 --output-dir $R --repeats 2 \
     --models llama-1.7b --dtype bfloat16 --datasets topicalchat --modes greedy beam --batch-sizes 1 8 \
