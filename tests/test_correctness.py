@@ -152,6 +152,11 @@ def test_a_question_that_is_not_text_is_refused():
     ("Why was the concert cancelled?", "The notice doesn't go into that.", True),
     ("What is the pass mark?", "That detail is missing from the guide you shared.", True),
     ("Who is the head chef?", "The review praises the kitchen but never names the chef.", True),
+    # a second hedge in the sentence, about what was asked
+    ("Is the museum open on Boxing Day?", "It opens 10 to 5 daily, but there's no mention of holiday closures, "
+     "so I can't confirm Boxing Day.", True),
+    ("What time is check-out?", "Check-out is by 11am, though the page doesn't mention late check-out and "
+     "doesn't say if breakfast is included.", False),
     ("How much is a new card?", "I'm not completely certain, but the fees table seems to list it at 2.50 pounds.", False),
 ])
 def test_hedges_beside_answers_and_what_the_source_covers(question, response, expected):
@@ -173,6 +178,7 @@ ABSTENTION_FLOORS = [
     ("abstention_eighth.jsonl", 0.9, 0.95),    # a second annotator; 0.70 / 0.80 before, then read: 0.95 / 1.00
     ("abstention_ninth.jsonl", 0.95, 0.95),    # a third annotator; 1.00 / 0.80 (before 0.75 / 0.75), read: 1.00 / 1.00
     ("abstention_tenth.jsonl", 0.95, 0.9),     # a fourth annotator, run once: 1.00 / 0.95 (before 0.76 / 0.80)
+    ("abstention_eleventh.jsonl", 0.7, 0.65),  # a fifth annotator, run once: 0.72 / 0.65 (before 0.70 / 0.70); read: 0.74 / 0.70
 ]
 
 

@@ -115,6 +115,10 @@ ABSTENTION_SETS = [
     ("tenth set (written by a fourth annotator who had not seen the rules, but asked for the wordings the ninth "
      "set's errors taught among others; run once with the rules of 9d1f873 (0.762 / 0.80), of ab4ce29 "
      "(1.0 / 0.80) and now)", "abstention_tenth.jsonl"),
+    ("eleventh set (written by a fifth annotator who had not seen the rules, asked only for the kinds of response, "
+     "in their own words; run once with the rules of 9d1f873 (0.70 / 0.70), of 383b287 (0.684 / 0.65) and of "
+     "ab4ce29 (0.722 / 0.65, the rules then); then read: a later hedge of the sentence about what was asked)",
+     "abstention_eleventh.jsonl"),
 ]
 
 

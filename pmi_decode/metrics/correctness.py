@@ -238,7 +238,8 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
     booklet mentions the 1987 regatta, but ...", answers nothing), or after it in the same sentence
     ("The notice doesn't give a reason, but it says the run is postponed to 12 May"). What the
     hedge says is not told (up to its clause's end, the source's own name left out, and without
-    the words the answer already uses) must share no content stem with the question (``asked``)."""
+    the words the answer already uses) must share no content stem with the question (``asked``),
+    and so must what every later hedge of the sentence says is not told."""
     before = f"{earlier} {sentence[:hit.start()]}".strip()
     breaks = list(_CLAUSE_BREAK.finditer(before))
     answer_before = before[:breaks[-1].start()] if breaks else ""
@@ -254,7 +255,19 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
     else:
         return False
     told = _content_stems(_NOT_TOLD.sub(" ", told_text)) - _content_stems(answer)
-    return bool(told) and not (told & asked)
+    if not told or told & asked:
+        return False
+    # every further hedge of the sentence must be about a side detail too: "Open 10 to 5 daily, but
+    # there's no mention of holiday closures, so I can't confirm Boxing Day" abstains
+    later = _hedge(rest)
+    while later is not None:
+        after = rest[later.end():]
+        end = _OBJECT_END.search(after)
+        told = _content_stems(_NOT_TOLD.sub(" ", after[:end.start()] if end else after)) - _content_stems(answer)
+        if not told or told & asked:
+            return False
+        rest, later = after, _hedge(after)
+    return True
 
 
 def _answers(clause: str) -> bool:
