@@ -253,6 +253,7 @@ WRONG_FACT_FLOORS = [
     ("fact_integrity_twelfth.jsonl", 0.8, 0.55),   # a second annotator, run once before and after: 0.86 / 0.60
     ("fact_integrity_thirteenth.jsonl", 0.7, 0.8),   # a third annotator; 0.71 / 0.85 (before 0.64 / 0.70), read: 0.74
     ("fact_integrity_fourteenth.jsonl", 0.7, 0.75),  # a fourth annotator, after every change, run once: 0.73 / 0.80
+    ("fact_integrity_fifteenth.jsonl", 0.7, 0.75),   # a fifth annotator, run once: 0.76 / 0.80 (before 0.75 / 0.75)
 ]
 
 
@@ -579,6 +580,8 @@ GYM = ("FitFoundry charges £32 a month for off-peak membership. Head coach Dani
     ("The summer offer runs until the twenty-seventh of June.", True),
     ("The yoga sessions start at twenty past six.", False),
     ("The yoga sessions start at ten past six.", True),
+    ("Yes, Sofia Lindqvist runs them.", True),                                   # what she does: Reyes's
+    ("Yes, Daniel Reyes runs them.", False),
 ])
 def test_names_beside_their_roles_and_numbers_in_words(response, wrong):
     found = wrong_facts(GYM, ["Tell me about the gym."], response)

@@ -596,9 +596,11 @@ def _people(text: str, nlp_ner) -> tuple[tuple[tuple[int, int], ...], ...]:
 
 def _said_of_someone_else(k, units, spans, places, parsed, doc_sentences, people) -> bool:
     """The names' counterpart of :func:`_said_of_something_else`: what person unit ``k``'s clause
-    says of them (the head coach, the architect) points to another person the document names
-    more than to them ("the head coach is Maren Tulliver", where she is the captain)."""
-    described = _described_words(parsed, units, spans, k, doc_sentences, _appositive(parsed, units, spans, k))
+    says of them (the head coach, the architect; for a person, what they do counts too: "finished
+    third", "designs") points to another person the document names more than to them ("the head
+    coach is Maren Tulliver", where she is the captain)."""
+    described = _described_words(parsed, units, spans, k, doc_sentences, _appositive(parsed, units, spans, k),
+                                 verbs=True)
     if not described or not places:
         return False
     weights = _rarity_weights(described, doc_sentences)
@@ -723,9 +725,11 @@ def _clause(parsed, spans, k, reach: int = _CLAUSE_REACH) -> list:
     return out
 
 
-def _described_words(parsed, units, spans, k, doc_sentences, extra=()) -> list[tuple[tuple, bool]]:
+def _described_words(parsed, units, spans, k, doc_sentences, extra=(),
+                     verbs: bool = False) -> list[tuple[tuple, bool]]:
     """What number unit ``k`` is said of, as the document has it: the nouns and adjectives of its
-    clause outside every unit (and of ``extra`` tokens), and the proper nouns of the names in it
+    clause outside every unit (and of ``extra`` tokens; with ``verbs``, its verbs too), and the
+    proper nouns of the names in it
     ("the *annual pass* costs 2 dollars", "in *Turbo* mode the range is 85 km"), each as
     ``(forms, is_name)``."""
     numbers = {i for j, span in enumerate(spans) if span is not None and (units[j]["numeric"] or j == k)
@@ -733,12 +737,13 @@ def _described_words(parsed, units, spans, k, doc_sentences, extra=()) -> list[t
     names = {i for j, span in enumerate(spans) if span is not None and not units[j]["numeric"] and j != k
              for i in range(span[0], span[1] + 1)}
     words = []
+    kinds = ("NOUN", "ADJ", "VERB") if verbs else ("NOUN", "ADJ")
     clause = _clause(parsed, spans, k, _ABOUT_REACH)
     seen = {token.i for token in clause}
     for token in clause + [t for t in extra if t.i not in seen]:
         name = token.i in names and token.pos_ == "PROPN"
         if token.i in numbers or token.is_stop or not token.text.isalpha() or token.text.lower() in _NOT_COUNTED or not (
-                name or (token.i not in names and token.pos_ in ("NOUN", "ADJ"))):
+                name or (token.i not in names and token.pos_ in kinds)):
             continue
         forms = tuple(_forms(token))
         if any(_has(sentence, forms) for sentence in doc_sentences):
