@@ -244,8 +244,7 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
     breaks = list(_CLAUSE_BREAK.finditer(before))
     answer_before = before[:breaks[-1].start()] if breaks else ""
     rest = sentence[hit.end():]
-    end = _OBJECT_END.search(rest)
-    told_text, answer_after = (rest[:end.start()], rest[end.end():]) if end else (rest, "")
+    told_text, answer_after = _split_told(rest)
     if any(p.search(before) for p in _ABSTAIN):
         return False
     if _answers(answer_before) and not _SOURCE_SAYS.search(answer_before):
@@ -254,20 +253,24 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
         answer = answer_after
     else:
         return False
-    told = _content_stems(_NOT_TOLD.sub(" ", told_text)) - _content_stems(answer)
-    if not told or told & asked:
-        return False
-    # every further hedge of the sentence must be about a side detail too: "Open 10 to 5 daily, but
-    # there's no mention of holiday closures, so I can't confirm Boxing Day" abstains
-    later = _hedge(rest)
-    while later is not None:
-        after = rest[later.end():]
-        end = _OBJECT_END.search(after)
-        told = _content_stems(_NOT_TOLD.sub(" ", after[:end.start()] if end else after)) - _content_stems(answer)
+    known = _content_stems(answer)
+    # this hedge and every later one of the sentence must be about a side detail: "Open 10 to 5
+    # daily, but there's no mention of holiday closures, so I can't confirm Boxing Day" abstains
+    while True:
+        told = _content_stems(_NOT_TOLD.sub(" ", told_text)) - known
         if not told or told & asked:
             return False
-        rest, later = after, _hedge(after)
-    return True
+        later = _hedge(rest)
+        if later is None:
+            return True
+        rest = rest[later.end():]
+        told_text, _ = _split_told(rest)
+
+
+def _split_told(rest: str) -> tuple[str, str]:
+    """What follows a hedge, split at its clause's end: what it says is not told, and the rest."""
+    end = _OBJECT_END.search(rest)
+    return (rest[:end.start()], rest[end.end():]) if end else (rest, "")
 
 
 def _answers(clause: str) -> bool:
