@@ -21,7 +21,9 @@ import torch
 PHRASES = ["I don't know.", "The document does not say."]
 
 
-def score_files(model_name, out_path, files):
+def final_choice_scorer(model_name):
+    """The model, and ``(prompt_ids_of(record), mean_log_prob(prompt_ids, text))`` scoring a response
+    as the final choice scores its hypotheses: mean token log-prob, the end token included."""
     from pmi_decode import build_inputs
     from pmi_decode.inputs import encode_response, use_chat_template_for
     from pmi_decode.models import load_model_and_tokenizer
@@ -34,6 +36,10 @@ def score_files(model_name, out_path, files):
     if not chat:  # the plain layout ends a response at its line break (end_at_line_break auto)
         ends += [i for t, i in tok.get_vocab().items() if t in ("\n", "\u010a")]
 
+    def prompt_ids_of(record):
+        cond = build_inputs(tok, [record["document"]], [record["history"]], model=model)["conditional"]
+        return cond["input_ids"][0][cond["attention_mask"][0].bool()].tolist()
+
     @torch.no_grad()
     def mean_log_prob(prompt, text):
         ids = encode_response(tok, text, is_encoder_decoder=False, chat_template=chat, add_eos=False)
@@ -41,12 +47,16 @@ def score_files(model_name, out_path, files):
         total = float(lp[torch.arange(len(ids)), torch.tensor(ids)].sum()) + float(lp[len(ids), ends].max())
         return total / (len(ids) + 1)
 
+    return prompt_ids_of, mean_log_prob
+
+
+def score_files(model_name, out_path, files):
+    prompt_ids_of, mean_log_prob = final_choice_scorer(model_name)
     with open(out_path, "w") as out:
         for path in files:
             for line in open(path):
                 r = json.loads(line)
-                cond = build_inputs(tok, [r["document"]], [r["history"]], model=model)["conditional"]
-                prompt = cond["input_ids"][0][cond["attention_mask"][0].bool()].tolist()
+                prompt = prompt_ids_of(r)
                 row = {"file": path, "id": r["id"], "answerable": r.get("answerable"),
                        "pick": mean_log_prob(prompt, r["pmi_response"]),
                        "plain": mean_log_prob(prompt, r["plain_response"]) if r.get("plain_response") else None}
