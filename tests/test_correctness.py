@@ -163,6 +163,41 @@ def test_hedges_beside_answers_and_what_the_source_covers(question, response, ex
     assert abstains(response, question) is expected
 
 
+@pytest.mark.parametrize("question, response, expected", [
+    # a verb of having, negated, answers: what does not include is the thing asked about
+    ("Does the warranty cover water damage?", "The warranty doesn't cover water damage.", False),
+    ("Is breakfast included?", "It doesn't include breakfast.", False),
+    ("Is parking free?", "Parking is not included.", False),
+    ("Are batteries in the box?", "The kit does not contain batteries.", False),
+    ("Is VAT in the price?", "The price doesn't include VAT.", False),
+    ("Does it cover theft?", "It doesn't cover that.", False),
+    ("Is a meal included on this flight?", "No. Your booking confirmation shows a Basic fare, which doesn't include "
+     "meals, but you can buy snacks on board.", False),
+    # ... and hedges where the source does not include, or what is not included is information
+    ("What does it cost?", "The document doesn't include prices.", True),
+    ("Why was it cancelled?", "It doesn't provide a reason.", True),
+    ("When does it start?", "The exact times aren't included.", True),
+    ("Can I freeze this soup?", "The recipe doesn't cover freezing, I'm afraid.", True),
+    ("Can I bring my bike?", "I'm sorry, but the information provided doesn't cover bicycle rules on the tram.", True),
+    ("Are barbecues allowed?", "I can only go by the park rules page you shared, and it doesn't cover barbecues at all.",
+     True),
+    ("Is there a bus?", "I went through the handbook, but transport isn't covered in it.", True),
+    # other wordings
+    ("Does the warranty cover water damage?", "The warranty runs for 24 months and covers manufacturing defects. "
+     "Water damage isn't mentioned either way.", True),
+    ("Are under-16s allowed?", "Hmm, there's nothing about age restrictions in the ticket terms.", True),
+    ("Why was I charged?", "The statement shows a £15 debit on 3 March, but it doesn't explain what it was for.", True),
+    ("Is the school closed on Friday?", "The letter doesn't explain why, but yes, the school is closed on Friday.", False),
+    # yes or no in other words beside a side detail
+    ("Is parking free at the venue?", "Looks like it: the invitation says 'free parking on site'. It doesn't say how "
+     "many spaces there are.", False),
+    ("Is the risotto vegetarian?", "Not as written. The menu says it's made with chicken stock. It doesn't say "
+     "whether the kitchen can swap it out.", False),
+])
+def test_negative_answers_with_verbs_of_having_and_other_wordings(question, response, expected):
+    assert abstains(response, question) is expected
+
+
 def test_abstention_precision_and_recall_on_hand_labels():
     rows = _rows("abstention_labels.jsonl")
     precision, recall = _precision_recall([(abstains(r["response"]), r["abstains"]) for r in rows])
@@ -178,7 +213,9 @@ ABSTENTION_FLOORS = [
     ("abstention_eighth.jsonl", 0.9, 0.95),    # a second annotator; 0.70 / 0.80 before, then read: 0.95 / 1.00
     ("abstention_ninth.jsonl", 0.95, 0.95),    # a third annotator; 1.00 / 0.80 (before 0.75 / 0.75), read: 1.00 / 1.00
     ("abstention_tenth.jsonl", 0.95, 0.9),     # a fourth annotator, run once: 1.00 / 0.95 (before 0.76 / 0.80)
-    ("abstention_eleventh.jsonl", 0.7, 0.65),  # a fifth annotator, run once: 0.72 / 0.65 (before 0.70 / 0.70); read: 0.74 / 0.70
+    ("abstention_eleventh.jsonl", 0.85, 0.85),  # a fifth annotator, run once: 0.72 / 0.65 (before 0.70 / 0.70);
+                                                # read twice: 0.74 / 0.70, then 0.90 / 0.90
+    ("abstention_twelfth.jsonl", 0.9, 0.65),   # a sixth annotator, run once before and after: 0.92 / 0.60, 0.93 / 0.65
 ]
 
 

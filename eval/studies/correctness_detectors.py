@@ -21,6 +21,8 @@
         > docs/results/correctness/detectors_ab4ce29.json           # before the ninth set's changes
     python eval/studies/correctness_detectors.py --rules-of a505178 \
         > docs/results/correctness/detectors_a505178.json           # before a person's verbs counted
+    python eval/studies/correctness_detectors.py --rules-of cf783e6 \
+        > docs/results/correctness/detectors_cf783e6.json           # before negative answers with "include"
 
 The sets, in the order they were written (tests/fixtures/correctness/): a development set the
 rules were tuned on, a second set looked at once (the number-word and abstention rules were
@@ -122,8 +124,13 @@ ABSTENTION_SETS = [
      "(1.0 / 0.80) and now)", "abstention_tenth.jsonl"),
     ("eleventh set (written by a fifth annotator who had not seen the rules, asked only for the kinds of response, "
      "in their own words; run once with the rules of 9d1f873 (0.70 / 0.70), of 383b287 (0.684 / 0.65) and of "
-     "ab4ce29 (0.722 / 0.65, the rules then); then read: a later hedge of the sentence about what was asked)",
+     "ab4ce29 (0.722 / 0.65, the rules then); then read: a later hedge of the sentence about what was asked; "
+     "read again with the rules of cf783e6 (0.737 / 0.70): negative answers with a verb of having, 'isn't mentioned "
+     "either way', 'there's nothing about', 'doesn't explain', yes or no in other words)",
      "abstention_eleventh.jsonl"),
+    ("twelfth set (written by a sixth annotator who had not seen the rules, asked for the kinds of response and the "
+     "hard cases; run once with the rules of cf783e6 (0.923 / 0.60) and once with the changes read from the "
+     "eleventh (0.929 / 0.65))", "abstention_twelfth.jsonl"),
 ]
 
 

@@ -58,19 +58,27 @@ CORRECTNESS_COLUMNS = ("answer_match", "answer_recall", "answers_intact", "absta
 _TELL = (r"(?:say|says|said|mention|mentions|mentioned|specify|specifies|specified|state|states|stated|tell|"
          r"tells|told|provide|provides|provided|include|includes|included|contain|contains|give|gives|given|"
          r"indicate|indicates|indicated|list|lists|listed|show|shows|shown|cover|covers|covered|address|name|names|named|"
-         r"addresses|addressed|note|notes|noted|reveal|reveals|disclose|discloses|describe|describes|described)")
+         r"addresses|addressed|note|notes|noted|reveal|reveals|disclose|discloses|describe|describes|described|"
+         r"explain|explains|explained|clarify|clarifies|clarified)")
 _SOURCE = (r"(?:document|text|passage|article|page|information|context|source|website|site|description|details?|info|"
            r"leaflet|brochure|sheet|notes|menu|announcement|syllabus|guide|listing|schedule|timetable|excerpt|manual|"
            r"policy|pamphlet|flyer|notice|post|entry|record|records|material|booklet|review|report|newsletter|letter|"
-           r"sign|poster|bulletin|programme|program|catalogue|catalog|faq|invoice|email|summary|"
+           r"sign|poster|bulletin|programme|program|catalogue|catalog|faq|invoice|email|summary|terms|contract|lease|"
+           r"agreement|statement|confirmation|receipt|invitation|handbook|instructions|"
            r"what (?:i|we) (?:have|know|was given))")
-_ABSTAIN_PATTERNS = [
+# "doesn't say", "isn't mentioned": a verb of telling, negated. Some of those verbs are verbs of having
+# too ("the fare doesn't include meals", "water damage isn't covered" answer): see _said_of_information.
+_NEGATED_TELLING_PATTERNS = [
     rf"\b(?:does|do|did)\s*(?:not|n't)\s+(?:\w+\s+){{0,2}}{_TELL}\b",
     rf"\b(?:doesn't|don't|didn't|isn't|aren't|wasn't|weren't|is not|are not|was not|were not|not)\s+(?:\w+\s+){{0,1}}"
     rf"(?:{_TELL}|known|clear|available|specified|mentioned|stated|listed|given|provided|included)\b"
-    rf"(?:\s+(?:in|on|by|from)\s+(?:the|this|that|my|our)?\s*{_SOURCE})?(?=\W*$|\s*[.,;:!?]|\s+(?:in|on|here|there|anywhere|by|from|for)\b)",
+    rf"(?:\s+(?:in|on|by|from)\s+(?:the|this|that|my|our)?\s*{_SOURCE})?"
+    rf"(?=\W*$|\s*[.,;:!?]|\s+(?:in|on|here|there|anywhere|by|from|for|either|at\s+all|whatsoever)\b)",
+]
+_ABSTAIN_PATTERNS = [
     rf"\b(?:no|not any|nothing)\s+(?:\w+\s+){{0,1}}(?:information|mention|details?|data|record|indication|word|info|reference|answer)\b",
     r"\b(?:no|not the (?:slightest|faintest|foggiest))\s+(?:idea|clue)\b",
+    r"\bthere(?:'s| is| was)\s+nothing\s+(?:(?:in|on)\s+(?:\w+\s+){1,3})?(?:about|regarding|concerning|on)\b",
     r"^\W*(?:i'm\s+|i am\s+)?not\s+(?:really\s+|quite\s+|too\s+)?(?:sure|certain)\b",
     r"\b(?:no|not any|not a|there's no|there is no)\s+(?:\w+\s+)?(?:way|means)\s+(?:for me\s+|of\s+)?(?:to\s+)?(?:know|knowing|tell|telling|say|saying|determine)\b",
     r"\b(?:hard|difficult|impossible|not possible)\s+to\s+(?:say|tell|know|determine)(?=\W*$|\s*[.,;:!?]|\s+(?:from|which|what|who|"
@@ -109,10 +117,29 @@ _ABSTAIN_PATTERNS = [
     rf"\b(?:it|they|the\s+\w+(?:\s+\w+)?|this\s+\w+)\s+(?:only\s+)?(?:{_TELL}|talks?\s+about|discuss(?:es)?|"
     rf"deals?\s+with|goes\s+into)\b[^.?!]{{0,80}}(?:,\s*|\bbut\s+)(?:not|no)\s+(?:about\s+|on\s+)?\w+(?![^.?!]*:)",
 ]
+_NEGATED_TELLING = [re.compile(p, re.IGNORECASE) for p in _NEGATED_TELLING_PATTERNS]
 _ABSTAIN = [re.compile(p, re.IGNORECASE) for p in _ABSTAIN_PATTERNS]
+# Verbs of telling that are verbs of having too, and what a source tells: with them, "doesn't include"
+# is a hedge only when the source does not include, or what is not included is information.
+_HAVING = re.compile(r"\b(?:include[sd]?|contain(?:s|ed)?|provide[sd]?|cover(?:s|ed)?)\b", re.IGNORECASE)
+_INFORMATION = (r"(?:information|info|details?|data|figures?|numbers?|times?|dates?|prices?|costs?|reasons?|"
+                r"explanation|answer|names?|breakdown|estimates?|amounts?|hours|specifics|indication|word)")
+# the source as the subject: "the menu", "the information provided", "the text I was given", "the
+# amenities list", "the page, which" (not "the confirmation shows a fare, which"); or "it" / "they"
+# after the source was named ("I went by the rules page you shared, and it doesn't cover barbecues")
+_SOURCE_SUBJECT = re.compile(rf"(?:\b(?:{_SOURCE}|list|recipe|rules)s?|\b(?:i|we))(?:\s+(?!(?:a|an|the)\b)[\w']+){{0,4}}?"
+                             rf"(?:\W+(?:which|that))?\W*$", re.IGNORECASE)
+_PRONOUN_SUBJECT = re.compile(r"\b(?:it|they|this|that)\W*$", re.IGNORECASE)
+_PRONOUN_AFTER = re.compile(r"\s+in\s+(?:it|them|there)\b", re.IGNORECASE)
+_SOURCE_NAMED = re.compile(rf"\b{_SOURCE}s?\b", re.IGNORECASE)
+_SOURCE_AFTER = re.compile(rf"\s+(?:in|on|by|from)\s+(?:the|this|that|my|our|your)?\s*(?:\w+\s+)?{_SOURCE}s?\b",
+                           re.IGNORECASE)
+_INFORMATION_OBJECT = re.compile(rf"^\s+(?:\w+\s+){{0,3}}?{_INFORMATION}\b", re.IGNORECASE)
+_PASSIVE = re.compile(r"(?:isn't|aren't|wasn't|weren't|is not|are not|was not|were not|not)\b", re.IGNORECASE)
+_INFORMATION_SUBJECT = re.compile(rf"\b{_INFORMATION}\W+(?:\w+\W+)?$", re.IGNORECASE)
 # "I'm not sure, but I think it opens at 9" / "I don't know, but I'm pretty sure it was Bohemond": a
 # hedge followed by an answer asserts the answer.
-_HEDGED_ANSWER = re.compile(r"\bbut\s+(?:i\s+(?:think|believe|guess|suppose|would say)|"
+_HEDGED_ANSWER = re.compile(r"\bbut\s+(?:(?:yes|no)(?=\s*,)|i\s+(?:think|believe|guess|suppose|would say)|"
                             r"(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|it(?:'s| is| was| should| looks| seems| appears)|"
                             r"(?:it|the\s+\w+(?:\s+\w+)?)\s+(?:(?:seems|appears)\s+to\s+(?:say|state|mention|list|show|give)|"
                             r"says|states|mentions|notes|lists|shows|gives)\b(?!\s+(?:to|nothing|no)\b)|"
@@ -207,14 +234,40 @@ def abstains(response: str, question: str | None = None) -> bool:
 def _hedge(sentence: str):
     """Where the sentence says it (or its source) does not tell (the first pattern's match), if
     it does and does not go on to an answer; ``None`` otherwise."""
-    hit = next((m for p in _ABSTAIN for m in [p.search(sentence)] if m), None)
+    hit = _not_told(sentence)
     return hit if hit is not None and not _HEDGED_ANSWER.search(sentence, hit.end()) else None
+
+
+def _not_told(text: str):
+    """The first place where the text says it (or its source) does not tell, or ``None``."""
+    negated = (m for p in _NEGATED_TELLING for m in p.finditer(text) if _said_of_information(text, m))
+    return next(negated, None) or next((m for p in _ABSTAIN for m in [p.search(text)] if m), None)
+
+
+def _said_of_information(text: str, hit) -> bool:
+    """A negated verb of telling that is a verb of having too (include, contain, provide, cover) is
+    a hedge only when the source is what does not include ("the menu doesn't include prices", "not
+    covered in the brochure") or what is not included is information ("it doesn't provide a reason",
+    "the exact times aren't included"): "the fare doesn't include meals", "the price doesn't include
+    VAT", "water damage isn't covered" and "it doesn't cover that" answer."""
+    if not _HAVING.search(hit.group(0)):
+        return True
+    before, after = text[:hit.start()], text[hit.end():]
+    if _SOURCE_SUBJECT.search(before) or _SOURCE_AFTER.search(hit.group(0)) or _SOURCE_AFTER.match(after):
+        return True
+    if _SOURCE_NAMED.search(before) and (_PRONOUN_SUBJECT.search(before) or _PRONOUN_AFTER.match(after)):
+        return True
+    return bool(_INFORMATION_OBJECT.match(after) or (_PASSIVE.match(hit.group(0)) and _INFORMATION_SUBJECT.search(before)))
 
 
 _OBJECT_END = re.compile(r"[,;:.!?]|\b(?:but|though|although|however)\b", re.IGNORECASE)
 _CLAUSE_BREAK = re.compile(r"[,;:.!?]|\b(?:but|though|although|while|and)\b", re.IGNORECASE)
+# a yes or no, in so many words or in others ("Sadly not", "Looks like it", "Not as written")
+_POLAR_OPENING = (r"^\W*(?:yes|no|yep|yeah|nope|sadly not|unfortunately not|(?:i'm\s+)?afraid not|"
+                  r"looks like (?:it|not|so)|seems (?:so|not)|not as (?:written|listed|stated|described))\b")
+_POLAR = re.compile(_POLAR_OPENING, re.IGNORECASE)
 # an answer clause says something specific: it opens with yes or no, or it holds a number, a day or a month
-_SPECIFIC = re.compile(r"^\W*(?:yes|no)\b|\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+_SPECIFIC = re.compile(_POLAR_OPENING + r"|\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
                        r"fifteen|twenty|thirty|forty|fifty|sixty|hundred|thousand|half|quarter|noon|midnight|"
                        r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|january|february|march|april|"
                        r"june|july|august|september|october|november|december)\b", re.IGNORECASE)
@@ -237,17 +290,19 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
     10 on Sundays, though the page ..."; a clause that only says what the source covers, "the
     booklet mentions the 1987 regatta, but ...", answers nothing), or after it in the same sentence
     ("The notice doesn't give a reason, but it says the run is postponed to 12 May"). What the
-    hedge says is not told (up to its clause's end, the source's own name left out, and without
-    the words the answer already uses) must share no content stem with the question (``asked``),
+    hedge says is not told (up to its clause's end, in the passive its subject too, the source's own
+    name left out, and without the words the answer already uses) must share no content stem with the question (``asked``),
     and so must what every later hedge of the sentence says is not told."""
     before = f"{earlier} {sentence[:hit.start()]}".strip()
     breaks = list(_CLAUSE_BREAK.finditer(before))
     answer_before = before[:breaks[-1].start()] if breaks else ""
     rest = sentence[hit.end():]
     told_text, answer_after = _split_told(rest)
-    if any(p.search(before) for p in _ABSTAIN):
+    if _PASSIVE.match(hit.group(0)):  # "Water damage isn't mentioned either way": what is not told comes first
+        told_text = f"{_CLAUSE_BREAK.split(sentence[:hit.start()])[-1]} {told_text}"
+    if _not_told(before) is not None:
         return False
-    if _answers(answer_before) and not _SOURCE_SAYS.search(answer_before):
+    if _answers(answer_before) and (_POLAR.match(answer_before) or not _SOURCE_SAYS.search(answer_before)):
         answer = answer_before
     elif _answers(answer_after) and _hedge(answer_after) is None:
         answer = answer_after
