@@ -23,6 +23,8 @@
         > docs/results/correctness/detectors_a505178.json           # before a person's verbs counted
     python eval/studies/correctness_detectors.py --rules-of cf783e6 \
         > docs/results/correctness/detectors_cf783e6.json           # before negative answers with "include"
+    python eval/studies/correctness_detectors.py --rules-of 0d061a6 \
+        > docs/results/correctness/detectors_0d061a6.json           # before the twelfth set's changes
 
 The sets, in the order they were written (tests/fixtures/correctness/): a development set the
 rules were tuned on, a second set looked at once (the number-word and abstention rules were
@@ -130,7 +132,12 @@ ABSTENTION_SETS = [
      "abstention_eleventh.jsonl"),
     ("twelfth set (written by a sixth annotator who had not seen the rules, asked for the kinds of response and the "
      "hard cases; run once with the rules of cf783e6 (0.923 / 0.60) and once with the changes read from the "
-     "eleventh (0.929 / 0.65))", "abstention_twelfth.jsonl"),
+     "eleventh, 0d061a6 (0.929 / 0.65); then read: 'she never says', 'nothing on what to wear', 'I honestly "
+     "can't tell', 'can't work out', 'not in there', a hedge opening on what the question asks for ('why ...'))",
+     "abstention_twelfth.jsonl"),
+    ("thirteenth set (written by a seventh annotator who had not seen the rules, asked for abstentions that report "
+     "facts first and name the missing thing in other words; run once with the rules of cf783e6 (0.875 / 0.35), "
+     "of 0d061a6 (0.889 / 0.40) and with the twelfth set's changes (0.889 / 0.40))", "abstention_thirteenth.jsonl"),
 ]
 
 

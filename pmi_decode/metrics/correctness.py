@@ -79,13 +79,16 @@ _ABSTAIN_PATTERNS = [
     rf"\b(?:no|not any|nothing)\s+(?:\w+\s+){{0,1}}(?:information|mention|details?|data|record|indication|word|info|reference|answer)\b",
     r"\b(?:no|not the (?:slightest|faintest|foggiest))\s+(?:idea|clue)\b",
     r"\bthere(?:'s| is| was)\s+nothing\s+(?:(?:in|on)\s+(?:\w+\s+){1,3})?(?:about|regarding|concerning|on)\b",
+    r"(?:^|[,;:.!?-])\W*nothing\s+(?:on|about|regarding)\s+(?:what|who|when|where|why|how|whether|that|this|it)\b",
+    r"^\W*(?:it's\s+|that's\s+|it is\s+|that is\s+)?not\s+in\s+(?:there|here)\b",
     r"^\W*(?:i'm\s+|i am\s+)?not\s+(?:really\s+|quite\s+|too\s+)?(?:sure|certain)\b",
     r"\b(?:no|not any|not a|there's no|there is no)\s+(?:\w+\s+)?(?:way|means)\s+(?:for me\s+|of\s+)?(?:to\s+)?(?:know|knowing|tell|telling|say|saying|determine)\b",
     r"\b(?:hard|difficult|impossible|not possible)\s+to\s+(?:say|tell|know|determine)(?=\W*$|\s*[.,;:!?]|\s+(?:from|which|what|who|"
     r"when|where|whether|how|if|for sure|exactly|based|without)\b)",
     r"\b(?:does|do|did)\s*(?:not|n't)\s+answer\s+(?:this|that|the|your)\s+question\b",
-    r"\b(?:i|we)\s+(?:really\s+)?(?:don't|do not|can't|cannot|can not|couldn't|could not|am not able to|'m not able to|"
-    r"am unable to|'m unable to|have no way to)\s+(?:\w+\s+){0,1}(?:know|find|tell|say|answer|determine|see|confirm|locate|help with)\b",
+    r"\b(?:i|we)\s+(?:\w+ly\s+)?(?:don't|do not|can't|cannot|can not|couldn't|could not|am not able to|'m not able to|"
+    r"am unable to|'m unable to|have no way to)\s+(?:\w+\s+){0,1}(?:know|find|tell|say|answer|determine|see|confirm|locate|help with|"
+    r"(?:work|figure|make)\s+out)\b",
     r"\b(?:i|we)\s+(?:don't|do not)\s+have\s+(?:any\s+)?(?:\w+\s+){0,1}(?:information|details?|data|info|answer|record)",
     r"\b(?:i|we)\s+(?:don't|do not)\s+have\s+(?:that|this|it)(?=\s*(?:[;,.!?]|$))",
     r"\b(?:i'm|i am|we're|we are)\s+not\s+(?:\w+\s+){0,1}(?:sure|certain|aware)\b",
@@ -110,7 +113,7 @@ _ABSTAIN_PATTERNS = [
     # "the notice doesn't go into that", "that detail is missing from the guide", "the review never names the chef"
     r"\b(?:does|do|did)\s*(?:not|n't)\s+go\s+into\s+(?:that|this|it|detail|details|specifics)\b",
     rf"\bmissing\s+from\s+(?:the|this|that|your|my|our)\s+(?:\w+\s+){{0,2}}{_SOURCE}\b",
-    rf"\b(?:it|they|the\s+\w+|this\s+\w+|but)\s+never\s+(?:\w+\s+){{0,1}}{_TELL}\b",
+    rf"\b(?:it|they|he|she|the\s+\w+|this\s+\w+|but)\s+never\s+(?:\w+\s+){{0,1}}{_TELL}\b",
     # "the page only covers the weekday timetable, not Sunday services", "it talks about X but not Y"
     # (not when a colon goes on to the answer: "it lists the lunch prices but not the dinner ones: lunch is 12 euros")
     # "the events page only gives the date, not an age range", "the list gives the venue but no kick-off time"
@@ -141,7 +144,7 @@ _INFORMATION_SUBJECT = re.compile(rf"\b{_INFORMATION}\W+(?:\w+\W+)?$", re.IGNORE
 # hedge followed by an answer asserts the answer.
 _HEDGED_ANSWER = re.compile(r"\bbut\s+(?:(?:yes|no)(?=\s*,)|i\s+(?:think|believe|guess|suppose|would say)|"
                             r"(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|it(?:'s| is| was| should| looks| seems| appears)|"
-                            r"(?:it|the\s+\w+(?:\s+\w+)?)\s+(?:(?:seems|appears)\s+to\s+(?:say|state|mention|list|show|give)|"
+                            r"(?:it|they|the\s+\w+(?:\s+\w+)?)\s+(?:(?:seems|appears)\s+to\s+(?:say|state|mention|list|show|give)|"
                             r"says|states|mentions|notes|lists|shows|gives)\b(?!\s+(?:to|nothing|no)\b)|"
                             r"there(?:'s| is| are| should)|they(?:'re| are| should)|probably|likely|maybe|perhaps|"
                             r"roughly|about|around|usually|most likely)\b", re.IGNORECASE)
@@ -222,7 +225,7 @@ def abstains(response: str, question: str | None = None) -> bool:
         raise ValueError(f"expected the question as a string (or None), got {type(question).__name__}")
     text = response.replace("\u2019", "'")
     parts = sentences(text) or [text]
-    asked = _content_stems(question.replace("\u2019", "'")) if question else None
+    asked = _asked(question.replace("\u2019", "'")) if question else None
     hedges = []
     for i, sentence in enumerate(parts):
         hit = _hedge(sentence)
@@ -276,6 +279,25 @@ _NOT_TOLD = re.compile(rf"\b(?:{_SOURCE}|information|mention|details?|data|anyth
                        re.IGNORECASE)
 
 
+# what kind of thing a question asks for, and a clause opening on the same: "Why is my pay lower?" and "...
+# so I can't work out from it why your pay has dropped"
+_WH = r"(?:who|whom|whose|when|where|why|how\s+(?:much|many|long|often|far|old)|what\s+time)"
+_WH_ANY = re.compile(rf"\b{_WH}\b", re.IGNORECASE)
+_WH_FIRST = re.compile(rf"^\W*(?:(?:me|us|you|exactly|actually|precisely|anywhere|at\s+all|from\s+it)\W+)*({_WH})\b",
+                       re.IGNORECASE)
+
+
+def _asked(question: str) -> frozenset:
+    """The question's content stems, and the kind of thing it asks for ("?why", "?how much")."""
+    return _content_stems(question) | {"?" + " ".join(m.group(0).lower().split()) for m in _WH_ANY.finditer(question)}
+
+
+def _wh_opening(clause: str) -> set:
+    """The kind of thing a clause of what is not told opens on ("why your pay has dropped": "?why")."""
+    m = _WH_FIRST.match(clause)
+    return {"?" + " ".join(m.group(1).lower().split())} if m else set()
+
+
 def _content_stems(text: str) -> frozenset:
     from spacy.lang.en.stop_words import STOP_WORDS
 
@@ -312,7 +334,7 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
     # this hedge and every later one of the sentence must be about a side detail: "Open 10 to 5
     # daily, but there's no mention of holiday closures, so I can't confirm Boxing Day" abstains
     while True:
-        told = _content_stems(_NOT_TOLD.sub(" ", told_text)) - known
+        told = (_content_stems(_NOT_TOLD.sub(" ", told_text)) - known) | _wh_opening(told_text)
         if not told or told & asked:
             return False
         later = _hedge(rest)
