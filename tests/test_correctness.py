@@ -203,9 +203,36 @@ def test_hedges_beside_answers_and_what_the_source_covers(question, response, ex
     ("whats the zoom link", "not in there, sorry - she says she'll send it separately", True),
     ("Why did my bill go up?", "The bill shows a total of £318, but it doesn't tell me why it's higher than before.",
      True),
-    # a hedge opening on another kind of thing than the question asks for is a side detail
+    # a hedge of another kind of thing than the question asks for is a side detail
     ("When does the pool open on Sundays?", "It opens at 10 on Sundays, though the page doesn't say why it closes "
      "early.", False),
+    # the thirteenth and fourteenth sets' wordings
+    ("How much is the membership?", "Sorry, the timetable has no prices on it.", True),
+    ("Is there a test?", "The test shows no infection.", False),
+    ("Are batteries in the box?", "The kit has no batteries.", False),
+    ("What's the RSVP email?", "There's a reply-by date of 30 June, but no email address is given.", True),
+    ("How long does the battery last?", "The sheet gives 5000 mAh and a 90-minute charge, but it never quotes a "
+     "runtime.", True),
+    ("When is the deadline to appeal?", "The letter doesn't set out any time limit for challenging it.", True),
+    ("Who teaches the 7pm class?", "Spin is on Tuesdays at 7pm in Studio 2, but the instructor column is blank.", True),
+    ("Is the boiler gas or electric?", "The heating type isn't specified — the listing just has 'central heating'.",
+     True),
+    ("Should I bring a gift?", "nothing on there about presents, just the time (2-4pm) and the place", True),
+    ("How much checked luggage can I take?", "Your flight leaves at 06:55. Baggage allowance doesn't appear on the "
+     "itinerary.", True),
+    ("What time do the restrictions end?", "The letter confirms your permit zone. Hours of operation are left out, "
+     "though.", True),
+    ("Is there a salad?", "Yes, though the tomatoes are left out.", False),
+    ("Will there be food?", "The invitation lists no meal, so my read is that there won't be a proper dinner.", False),
+    ("Where do I pay the fine?", "Online (the letter gives www.example.gov.uk/pay) or by phone on 0300 123 4567. "
+     "No in-person option is listed.", False),
+    ("Are dogs allowed?", "No. The listing states 'sorry, no pets' under house rules.", False),
+    # a hedge of the kind asked for counts, unless the answer beside it gives a value of that kind
+    ("How much does the club cost per session?", "It starts on 9 January and runs until 5:30pm. It doesn't list any "
+     "fees.", True),
+    ("How much is the buffet?", "The buffet costs €18 per adult; the menu doesn't mention a price for children.", False),
+    # reported facts that are not about the question answer nothing
+    ("Has my premium gone up?", "The renewal quotes £486 for the year ahead. Last year's figure isn't shown.", True),
 ])
 def test_negative_answers_with_verbs_of_having_and_other_wordings(question, response, expected):
     assert abstains(response, question) is expected
@@ -230,7 +257,11 @@ ABSTENTION_FLOORS = [
                                                 # read twice: 0.74 / 0.70, then 0.90 / 0.90
     ("abstention_twelfth.jsonl", 0.9, 0.9),    # a sixth annotator, run once before and after: 0.92 / 0.60, 0.93 / 0.65;
                                                # then read: 0.95 / 0.95
-    ("abstention_thirteenth.jsonl", 0.85, 0.4),  # a seventh annotator, run once: 0.89 / 0.40 (before 0.875 / 0.35)
+    ("abstention_thirteenth.jsonl", 0.9, 0.85),  # a seventh annotator, run once: 0.89 / 0.40 (before 0.875 / 0.35);
+                                                 # then read: 1.00 / 0.90
+    ("abstention_fourteenth.jsonl", 0.85, 0.75),  # an eighth annotator; 0.87 / 0.65 with the rules before this
+                                                  # change, 0.78 / 0.35 after its first rounds; then read: 0.94 / 0.85
+    ("abstention_fifteenth.jsonl", 0.9, 0.75),   # a ninth annotator, run once: 0.94 / 0.75 (before 0.93 / 0.70)
 ]
 
 

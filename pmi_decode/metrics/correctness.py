@@ -59,12 +59,13 @@ _TELL = (r"(?:say|says|said|mention|mentions|mentioned|specify|specifies|specifi
          r"tells|told|provide|provides|provided|include|includes|included|contain|contains|give|gives|given|"
          r"indicate|indicates|indicated|list|lists|listed|show|shows|shown|cover|covers|covered|address|name|names|named|"
          r"addresses|addressed|note|notes|noted|reveal|reveals|disclose|discloses|describe|describes|described|"
-         r"explain|explains|explained|clarify|clarifies|clarified)")
+         r"explain|explains|explained|clarify|clarifies|clarified|quote|quotes|quoted|"
+         r"(?:set|sets|spell|spells|spelled|spelt)\s+out|(?:go|goes|went)\s+into)")
 _SOURCE = (r"(?:document|text|passage|article|page|information|context|source|website|site|description|details?|info|"
            r"leaflet|brochure|sheet|notes|menu|announcement|syllabus|guide|listing|schedule|timetable|excerpt|manual|"
            r"policy|pamphlet|flyer|notice|post|entry|record|records|material|booklet|review|report|newsletter|letter|"
            r"sign|poster|bulletin|programme|program|catalogue|catalog|faq|invoice|email|summary|terms|contract|lease|"
-           r"agreement|statement|confirmation|receipt|invitation|handbook|instructions|"
+           r"agreement|statement|confirmation|receipt|invitation|invite|handbook|instructions|itinerary|quote|"
            r"what (?:i|we) (?:have|know|was given))")
 # "doesn't say", "isn't mentioned": a verb of telling, negated. Some of those verbs are verbs of having
 # too ("the fare doesn't include meals", "water damage isn't covered" answer): see _said_of_information.
@@ -73,13 +74,27 @@ _NEGATED_TELLING_PATTERNS = [
     rf"\b(?:doesn't|don't|didn't|isn't|aren't|wasn't|weren't|is not|are not|was not|were not|not)\s+(?:\w+\s+){{0,1}}"
     rf"(?:{_TELL}|known|clear|available|specified|mentioned|stated|listed|given|provided|included)\b"
     rf"(?:\s+(?:in|on|by|from)\s+(?:the|this|that|my|our)?\s*{_SOURCE})?"
-    rf"(?=\W*$|\s*[.,;:!?]|\s+(?:in|on|here|there|anywhere|by|from|for|either|at\s+all|whatsoever)\b)",
+    rf"(?=\W*$|\s*[.,;:!?\u2013\u2014-]|\s+(?:in|on|here|there|anywhere|by|from|for|either|at\s+all|whatsoever|"
+    rf"though|however)\b)",
+    # "the timetable has no prices on it", "it gives no reason", "no email address is given", "no country of
+    # manufacture listed" (with a verb of having only as _said_of_information allows: "the kit has no batteries")
+    r"\b(?:has|have|gives?|lists?|shows?|includes?|quotes?|mentions?|states?|carries|offers?)\s+no\b",
+    r"\bno\s+(?:[\w-]+\s+){0,4}?(?:is\s+|are\s+|was\s+|were\s+)?(?:given|listed|stated|mentioned|specified|shown|"
+    r"provided|included|quoted|printed|noted|(?:set|spelled|spelt)\s+out)\b",
+    # "hours of operation are left out" (what is left out must be information: "tomatoes are left out" answers)
+    r"\b(?:is|are|was|were|been)\s+left\s+out\b",
 ]
 _ABSTAIN_PATTERNS = [
     rf"\b(?:no|not any|nothing)\s+(?:\w+\s+){{0,1}}(?:information|mention|details?|data|record|indication|word|info|reference|answer)\b",
     r"\b(?:no|not the (?:slightest|faintest|foggiest))\s+(?:idea|clue)\b",
+    r"\b(?:is|are|was|were)\s+(?:left\s+)?(?:blank|empty)\b",
+    r"\b(?:no|nothing)\b[^.?!]{0,30}\beither\s+way\b",
     r"\bthere(?:'s| is| was)\s+nothing\s+(?:(?:in|on)\s+(?:\w+\s+){1,3})?(?:about|regarding|concerning|on)\b",
-    r"(?:^|[,;:.!?-])\W*nothing\s+(?:on|about|regarding)\s+(?:what|who|when|where|why|how|whether|that|this|it)\b",
+    r"(?:^|[,;:.!?-])\W*nothing\s+(?:(?:on|in)\s+(?:there|here|it|them)\s+)?(?:on|about|regarding)\b",
+    # "on livestock or poultry there's nothing"; "baggage allowance doesn't appear on the itinerary"
+    r"\b(?:on|about)\s+(?:[\w-]+\s+){1,4}there(?:'s| is)\s+nothing\W*$",
+    r"\b(?:doesn't|does not|don't|do not|isn't|is not|aren't|are not)\s+(?:appear|feature|show\s+up|come\s+up)\s+"
+    r"(?:on|in|anywhere)\b",
     r"^\W*(?:it's\s+|that's\s+|it is\s+|that is\s+)?not\s+in\s+(?:there|here)\b",
     r"^\W*(?:i'm\s+|i am\s+)?not\s+(?:really\s+|quite\s+|too\s+)?(?:sure|certain)\b",
     r"\b(?:no|not any|not a|there's no|there is no)\s+(?:\w+\s+)?(?:way|means)\s+(?:for me\s+|of\s+)?(?:to\s+)?(?:know|knowing|tell|telling|say|saying|determine)\b",
@@ -124,7 +139,9 @@ _NEGATED_TELLING = [re.compile(p, re.IGNORECASE) for p in _NEGATED_TELLING_PATTE
 _ABSTAIN = [re.compile(p, re.IGNORECASE) for p in _ABSTAIN_PATTERNS]
 # Verbs of telling that are verbs of having too, and what a source tells: with them, "doesn't include"
 # is a hedge only when the source does not include, or what is not included is information.
-_HAVING = re.compile(r"\b(?:include[sd]?|contain(?:s|ed)?|provide[sd]?|cover(?:s|ed)?)\b", re.IGNORECASE)
+_HAVING = re.compile(r"\b(?:include[sd]?|contain(?:s|ed)?|provide[sd]?|cover(?:s|ed)?|has|have|shows?|carries|offers?|"
+                     r"left\s+out)\b",
+                     re.IGNORECASE)
 _INFORMATION = (r"(?:information|info|details?|data|figures?|numbers?|times?|dates?|prices?|costs?|reasons?|"
                 r"explanation|answer|names?|breakdown|estimates?|amounts?|hours|specifics|indication|word)")
 # the source as the subject: "the menu", "the information provided", "the text I was given", "the
@@ -138,11 +155,16 @@ _SOURCE_NAMED = re.compile(rf"\b{_SOURCE}s?\b", re.IGNORECASE)
 _SOURCE_AFTER = re.compile(rf"\s+(?:in|on|by|from)\s+(?:the|this|that|my|our|your)?\s*(?:\w+\s+)?{_SOURCE}s?\b",
                            re.IGNORECASE)
 _INFORMATION_OBJECT = re.compile(rf"^\s+(?:\w+\s+){{0,3}}?{_INFORMATION}\b", re.IGNORECASE)
-_PASSIVE = re.compile(r"(?:isn't|aren't|wasn't|weren't|is not|are not|was not|were not|not)\b", re.IGNORECASE)
-_INFORMATION_SUBJECT = re.compile(rf"\b{_INFORMATION}\W+(?:\w+\W+)?$", re.IGNORECASE)
+_PASSIVE = re.compile(r"(?:isn't|aren't|wasn't|weren't|is not|are not|was not|were not|not|is|are|was|were|been)\b",
+                      re.IGNORECASE)
+_QUESTION_SUBJECT = re.compile(r"(?:^|[,;:.!?])\W*(?:what|whether|who|when|where|why|how|which)\b[^,;:.!?]*$",
+                               re.IGNORECASE)
+_INFORMATION_SUBJECT = re.compile(rf"\b{_INFORMATION}\W+(?:\w+\W+){{0,2}}$", re.IGNORECASE)
 # "I'm not sure, but I think it opens at 9" / "I don't know, but I'm pretty sure it was Bohemond": a
 # hedge followed by an answer asserts the answer.
-_HEDGED_ANSWER = re.compile(r"\bbut\s+(?:(?:yes|no)(?=\s*,)|i\s+(?:think|believe|guess|suppose|would say)|"
+_HEDGED_ANSWER = re.compile(r"\bso\s+(?:my\s+(?:read|guess|take|bet)\b|i(?:'d| would)\s+(?:say|guess|take|assume)\b|"
+                            r"i\s+(?:think|believe|guess|assume)\b)|"
+                            r"\bbut\s+(?:(?:yes|no)(?=\s*,)|i\s+(?:think|believe|guess|suppose|would say)|"
                             r"(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|it(?:'s| is| was| should| looks| seems| appears)|"
                             r"(?:it|they|the\s+\w+(?:\s+\w+)?)\s+(?:(?:seems|appears)\s+to\s+(?:say|state|mention|list|show|give)|"
                             r"says|states|mentions|notes|lists|shows|gives)\b(?!\s+(?:to|nothing|no)\b)|"
@@ -260,7 +282,8 @@ def _said_of_information(text: str, hit) -> bool:
         return True
     if _SOURCE_NAMED.search(before) and (_PRONOUN_SUBJECT.search(before) or _PRONOUN_AFTER.match(after)):
         return True
-    return bool(_INFORMATION_OBJECT.match(after) or (_PASSIVE.match(hit.group(0)) and _INFORMATION_SUBJECT.search(before)))
+    return bool(_INFORMATION_OBJECT.match(after) or (_PASSIVE.match(hit.group(0)) and (
+        _INFORMATION_SUBJECT.search(before) or _QUESTION_SUBJECT.search(before))))
 
 
 _OBJECT_END = re.compile(r"[,;:.!?]|\b(?:but|though|although|however)\b", re.IGNORECASE)
@@ -279,23 +302,44 @@ _NOT_TOLD = re.compile(rf"\b(?:{_SOURCE}|information|mention|details?|data|anyth
                        re.IGNORECASE)
 
 
-# what kind of thing a question asks for, and a clause opening on the same: "Why is my pay lower?" and "...
-# so I can't work out from it why your pay has dropped"
-_WH = r"(?:who|whom|whose|when|where|why|how\s+(?:much|many|long|often|far|old)|what\s+time)"
-_WH_ANY = re.compile(rf"\b{_WH}\b", re.IGNORECASE)
-_WH_FIRST = re.compile(rf"^\W*(?:(?:me|us|you|exactly|actually|precisely|anywhere|at\s+all|from\s+it)\W+)*({_WH})\b",
-                       re.IGNORECASE)
+# What kind of thing a question asks for, and what a hedge says is not told, by its question word or
+# its noun: "How much is the club?" and "it doesn't list any fees"; "Why is my pay lower?" and "... so I
+# can't work out why your pay has dropped"; "What's the treasurer's name?" and "it doesn't say who".
+_KINDS = [(kind, re.compile(rf"\b(?:{words})\b", re.IGNORECASE)) for kind, words in [
+    ("?how much", r"how\s+much|prices?|pricing|costs?|fees?|charges?|rates?|tariffs?|fares?"),
+    ("?when", r"when|what\s+time|dates?|days?|times?|deadlines?|time\s+limits?"),
+    ("?who", r"who|whom|whose|names?"),
+    ("?where", r"where|place|location|address|venue|country"),
+    ("?how long", r"how\s+long|duration|runtime|run\s+time|length"),
+    ("?why", r"why|reasons?|explanation|cause"),
+    ("?how many", r"how\s+many|numbers?|count|capacity|quantity"),
+]]
+
+
+# An answer that already gives a value of a kind: a hedge of that kind beside it is about another item ("The
+# buffet costs €18 per adult; the menu doesn't mention a price for children")
+_VALUES = [(kind, re.compile(pattern, re.IGNORECASE)) for kind, pattern in [
+    ("?how much", r"[£$€¥]\s?\d|\d\s*(?:dollars|pounds|euros|pence|cents)\b|\bfree\b"),
+    ("?when", r"\b\d{1,2}(?::\d{2})?\s*(?:am|pm|a\.m\.|p\.m\.)|\b\d{1,2}:\d{2}\b|\b(?:monday|tuesday|wednesday|thursday|"
+              r"friday|saturday|sunday|january|february|march|april|may|june|july|august|september|october|"
+              r"november|december|noon|midnight|today|tomorrow|tonight)\b"),
+    ("?how long", r"\b\d+\s*(?:minutes?|mins?|hours?|hrs?|days?|weeks?|months?|years?)\b"),
+    ("?how many", r"\b\d+\b|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|hundred)\b"),
+    ("?why", r"\b(?:because|due to|owing to|as a result)\b"),
+    ("?who", r"(?-i:\b(?:Dr|Mr|Mrs|Ms|Miss|Prof|Professor|Coach|Captain)\.?\s+[A-Z]|\b[A-Z][a-z]+\s+[A-Z][a-z]+\b)"),
+    ("?where", r"\b(?:online|room\s+\w+|street|road|avenue|lane|floor|building|studio\s+\w+)\b"),
+]]
+
+
+def _kinds(text: str, answer: str = "") -> set:
+    """The kinds of thing the text asks for or names ("?how much", "?why", ...), less those of which
+    the ``answer`` already gives a value."""
+    return {kind for kind, words in _KINDS if words.search(text)} - (_values(answer) if answer else set())
 
 
 def _asked(question: str) -> frozenset:
-    """The question's content stems, and the kind of thing it asks for ("?why", "?how much")."""
-    return _content_stems(question) | {"?" + " ".join(m.group(0).lower().split()) for m in _WH_ANY.finditer(question)}
-
-
-def _wh_opening(clause: str) -> set:
-    """The kind of thing a clause of what is not told opens on ("why your pay has dropped": "?why")."""
-    m = _WH_FIRST.match(clause)
-    return {"?" + " ".join(m.group(1).lower().split())} if m else set()
+    """The question's content stems, and the kinds of thing it asks for."""
+    return _content_stems(question) | _kinds(question)
 
 
 def _content_stems(text: str) -> frozenset:
@@ -322,11 +366,16 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
     told_text, answer_after = _split_told(rest)
     if _PASSIVE.match(hit.group(0)):  # "Water damage isn't mentioned either way": what is not told comes first
         told_text = f"{_CLAUSE_BREAK.split(sentence[:hit.start()])[-1]} {told_text}"
+    inside = _NONE_GIVEN.match(hit.group(0))
+    if inside:  # "No in-person option is listed"
+        told_text = f"{inside.group(1)} {told_text}"
     if _not_told(before) is not None:
         return False
-    if _answers(answer_before) and (_POLAR.match(answer_before) or not _SOURCE_SAYS.search(answer_before)):
+    # (a source cited in brackets is no clause of what the source covers: "Online (the letter gives the URL)")
+    if _answers(answer_before, asked) and (_POLAR.match(answer_before)
+                                           or not _SOURCE_SAYS.search(_BRACKETS.sub(" ", answer_before))):
         answer = answer_before
-    elif _answers(answer_after) and _hedge(answer_after) is None:
+    elif _answers(answer_after, asked) and _hedge(answer_after) is None:
         answer = answer_after
     else:
         return False
@@ -334,7 +383,7 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
     # this hedge and every later one of the sentence must be about a side detail: "Open 10 to 5
     # daily, but there's no mention of holiday closures, so I can't confirm Boxing Day" abstains
     while True:
-        told = (_content_stems(_NOT_TOLD.sub(" ", told_text)) - known) | _wh_opening(told_text)
+        told = (_content_stems(_NOT_TOLD.sub(" ", told_text)) - known) | _kinds(told_text, answer)
         if not told or told & asked:
             return False
         later = _hedge(rest)
@@ -344,15 +393,33 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
         told_text, _ = _split_told(rest)
 
 
+_BRACKETS = re.compile(r"\([^()]*\)")
+_NONE_GIVEN = re.compile(r"no\s+(.*?)\s+(?:is\s+|are\s+|was\s+|were\s+)?(?:\w+|(?:set|spelled|spelt)\s+out)$",
+                         re.IGNORECASE)
+
+
 def _split_told(rest: str) -> tuple[str, str]:
     """What follows a hedge, split at its clause's end: what it says is not told, and the rest."""
     end = _OBJECT_END.search(rest)
     return (rest[:end.start()], rest[end.end():]) if end else (rest, "")
 
 
-def _answers(clause: str) -> bool:
-    """A clause of three words or more that opens with yes or no or holds a number, a day or a month."""
-    return len(re.findall(r"[a-z0-9]+(?:'[a-z]+)?", clause.lower())) >= 3 and _SPECIFIC.search(clause) is not None
+def _answers(clause: str, asked: frozenset) -> bool:
+    """An answer to what was ``asked``: a yes or no ("No.", "Looks like it: ..."), or a clause of three
+    words or more that holds a number, a day or a month and is about the question: it shares a content
+    word with it, or gives a value of the kind it asks for (a price for "how much", a name for "who").
+    Facts the source holds beside the question ("It sets out a 24-month term at £22 a month", asked
+    what leaving early costs) answer nothing."""
+    if _POLAR.match(clause):
+        return True
+    if len(re.findall(r"[a-z0-9]+(?:'[a-z]+)?", clause.lower())) < 3 or _SPECIFIC.search(clause) is None:
+        return False
+    return bool(_content_stems(clause) & asked or _values(clause) & asked)
+
+
+def _values(clause: str) -> set:
+    """The kinds of value the clause gives ("?how much" for "£22", "?who" for "Dr Hughes")."""
+    return {kind for kind, value in _VALUES if value.search(clause)}
 
 
 def response_words(response: str) -> int:
