@@ -336,7 +336,9 @@ WRONG_FACT_FLOORS = [
     ("fact_integrity_twelfth.jsonl", 0.8, 0.55),   # a second annotator, run once before and after: 0.86 / 0.60
     ("fact_integrity_thirteenth.jsonl", 0.7, 0.8),   # a third annotator; 0.71 / 0.85 (before 0.64 / 0.70), read: 0.74
     ("fact_integrity_fourteenth.jsonl", 0.7, 0.75),  # a fourth annotator, after every change, run once: 0.73 / 0.80
-    ("fact_integrity_fifteenth.jsonl", 0.7, 0.75),   # a fifth annotator, run once: 0.76 / 0.80 (before 0.75 / 0.75)
+    ("fact_integrity_fifteenth.jsonl", 0.75, 0.8),   # a fifth annotator, run once: 0.76 / 0.80 (before 0.75 / 0.75);
+                                                     # then read: 0.90 / 0.85
+    ("fact_integrity_sixteenth.jsonl", 0.55, 0.7),   # a sixth annotator, run once before and after: 0.565 / 0.65, 0.60 / 0.75
 ]
 
 
@@ -411,6 +413,41 @@ def test_a_name_said_of_someone_else_is_caught(response, wrong):
     assert bool(found) == wrong, found
     if wrong:
         assert found[0]["reason"] == "said of someone else"
+
+
+CENTRE = ("Head instructor Marta Kowalski teaches the beginners' courses. Group bookings are handled by centre "
+          "manager Dev Patel. The autumn play is written by Grace Whitman and directed by Martin Hale. The tigers "
+          "are looked after by head keeper Maeve Tolland, and the penguin talk is given by keeper Rhys Obuya.")
+
+
+@pytest.mark.parametrize("question, response, wrong", [
+    # the name answering a "who" question is said of what the question asks
+    ("Who should I talk to about a group booking?", "Get in touch with Marta Kowalski, our head instructor.", True),
+    ("Who should I talk to about a group booking?", "Get in touch with Dev Patel, our centre manager.", False),
+    # an appositive is weighed on its own: the right deed with the wrong role
+    ("Who handles group bookings?", "Group bookings are handled by Dev Patel, our head instructor.", True),
+    # a possessive name does not do what its clause says
+    ("Who's directing the play?", "Martin Hale is directing Grace Whitman's play.", False),
+    # a name the parser calls an organisation, after a role ("head keeper Maeve Tolland"), is a person
+    ("Who looks after the tigers?", "The tigers are cared for by keeper Rhys Obuya.", True),
+])
+def test_each_thing_said_of_a_person_is_weighed(question, response, wrong):
+    found = wrong_facts(CENTRE, [question], response)
+    assert bool(found) == wrong, found
+
+
+def test_a_title_or_an_abbreviation_ends_no_document_sentence():
+    from pmi_decode.metrics.text import document_sentences, sentences
+
+    text = ("Open at 9:30 a.m. and closed at 5 p.m. from April. Lab sessions are led by Dr. Marcus Idowu. "
+            "It ends at 5 p.m. Next comes lunch.")
+    assert document_sentences(text) == ["Open at 9:30 a.m. and closed at 5 p.m. from April.",
+                                        "Lab sessions are led by Dr. Marcus Idowu.", "It ends at 5 p.m.", "Next comes lunch."]
+    assert len(sentences(text)) == 7  # the plain splitter (responses, FaithScore's features) is unchanged
+    # the name stays one with its title and its sentence, so the lab sessions are said of him
+    page = ("BIO 214 is taught by Professor Lena Haugen, with lab sessions led by Dr. Marcus Idowu. "
+            "Lectures are on Tuesdays.")
+    assert wrong_facts(page, ["Who leads the lab sessions?"], "Dr. Marcus Idowu") == []
 
 
 def test_number_words_with_hundreds_become_digits():

@@ -43,7 +43,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from .text import porter_stem as _stem
-from .text import sentence_around, words
+from .text import document_sentences, sentence_around, words
 from .text import sentences, word_stems  # sentences lives in .text; it stays importable from here
 from .token_aggregation import load_nlp, load_nlp_ner, words_of
 
@@ -316,7 +316,7 @@ def _source_sentences(text: str, nlp) -> tuple[tuple[frozenset, ...], ...]:
         comma = t.i + 1 < len(t.doc) and t.nbor(1).text == ","
         return _token_forms(t) | {_COMMA} if comma else _token_forms(t)
     return tuple(tuple(forms(t) for t in nlp(sentence) if _counts(t) or t.text.lower() in _DOC_BREAKS)
-                 for sentence in sentences(_compound_numbers(text)))
+                 for sentence in document_sentences(_compound_numbers(text)))
 
 
 def _in_a_list(token) -> bool:
@@ -431,6 +431,8 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
                       for occ in _occurrences(keys[-1], sentence, widths[-1])])
     wrong = []
     copied_from = [_plain_words(_compound_numbers(text)) for text in (document, *history)]
+    answering = _answering_person(units, spans, parsed)
+    asked = _asked_of_who(history[-1] if history else "", nlp_ner, doc_sentences)
     for k, unit in enumerate(units):
         if all(any(f in history_forms for f in key) for key in keys[k]):
             continue
@@ -438,7 +440,8 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
             continue
         reason = _context_problem(k, units, spans, found, widths, parsed, doc_sentences)
         if reason is None and unit["label"] == "PERSON" and spans[k] is not None and _said_of_someone_else(
-                k, units, spans, found[k], parsed, doc_sentences, _people(document, nlp_ner)):
+                k, units, spans, found[k], parsed, doc_sentences, _people(document, nlp_ner),
+                asked if k == answering else ()):
             reason = "said of someone else"
         if reason is not None:
             wrong.append(dict(unit, reason=reason))
@@ -581,39 +584,106 @@ def _people(text: str, nlp_ner) -> tuple[tuple[tuple[int, int], ...], ...]:
     """Where each sentence of a source names a person, as (first, last) positions of
     :func:`_source_sentences`'s tokens (the same sentences, the same tokens kept)."""
     out = []
-    for sentence in sentences(_compound_numbers(text)):
+    for sentence in document_sentences(_compound_numbers(text)):
         parsed = nlp_ner(sentence)
         kept = [t.i for t in parsed if _counts(t) or t.text.lower() in _DOC_BREAKS]
         index = {i: j for j, i in enumerate(kept)}
         spans = []
         for ent in parsed.ents:
             positions = [index[t.i] for t in ent if t.i in index]
-            if ent.label_ == "PERSON" and positions:
+            if (ent.label_ == "PERSON" or _person_shaped(ent)) and positions:
                 spans.append((min(positions), max(positions)))
         out.append(tuple(spans))
     return tuple(out)
 
 
-def _said_of_someone_else(k, units, spans, places, parsed, doc_sentences, people) -> bool:
-    """The names' counterpart of :func:`_said_of_something_else`: what person unit ``k``'s clause
-    says of them (the head coach, the architect; for a person, what they do counts too: "finished
-    third", "designs") points to another person the document names more than to them ("the head
-    coach is Maren Tulliver", where she is the captain)."""
-    described = _described_words(parsed, units, spans, k, doc_sentences, _appositive(parsed, units, spans, k),
-                                 verbs=True)
-    if not described or not places:
+_TITLES = frozenset({"dr", "dr.", "mr", "mr.", "mrs", "mrs.", "ms", "ms.", "prof", "prof.", "professor", "sir", "dame"})
+
+
+def _person_shaped(ent) -> bool:
+    """A name the small parser calls an organisation but that reads as a person's: two or three
+    capitalised words after a title ("Dr Halvard Lunde") or after a role ("head keeper Maeve
+    Tolland")."""
+    return ent.label_ == "ORG" and _reads_as_person(ent.doc, ent.start, ent.end - 1)
+
+
+def _reads_as_person(parsed, lo: int, hi: int) -> bool:
+    """Tokens ``lo..hi`` are two or three capitalised words, after a title or a role noun."""
+    words = [t for t in parsed[lo:hi + 1] if t.text.lower() not in _TITLES]
+    if not 2 <= len(words) <= 3 or not all(t.text.istitle() and t.is_alpha for t in words):
         return False
+    before = parsed[lo - 1] if lo > 0 else None
+    return parsed[lo].text.lower() in _TITLES or (before is not None and before.pos_ == "NOUN" and before.text.islower())
+
+
+def _said_of_someone_else(k, units, spans, places, parsed, doc_sentences, people, asked=()) -> bool:
+    """The names' counterpart of :func:`_said_of_something_else`: what the response says of person
+    unit ``k`` points to another person the document names more than to them ("the head coach is
+    Maren Tulliver", where she is the captain). Each thing said is weighed on its own, and any one
+    of them can point elsewhere: what the name's clause says (for a person, what they do counts too:
+    "finished third", "designs"), what an appositive or relative clause says ("Grace Obi, *the course
+    coordinator*", where Ben Latham is), and, for the name that answers a "who" question, what the
+    question asks (``asked``: "Who should I talk to about *group bookings*?" answered with the head
+    instructor, where the centre manager handles them), this last only where the document says none of
+    it of them."""
+    if not places:
+        return False
+    appositive = _appositive(parsed, units, spans, k)
+    groups = [_described_words(parsed, units, spans, k, doc_sentences, verbs=True),
+              _described_words(parsed, units, spans, k, doc_sentences, appositive, verbs=True, clause=False),
+              ]
+    keys = units[k]["keys"]
+    others = [(s, lo, hi) for s, named in enumerate(people) for lo, hi in named
+              if not any(any(f in doc_sentences[s][j] for f in key) for key in keys for j in range(lo, hi + 1))]
+    return any(_points_elsewhere(group, places, others, doc_sentences) for group in groups if group) or bool(
+        asked and _points_elsewhere(list(asked), places, others, doc_sentences, only_if_none=True))
+
+
+_WHO = re.compile(r"\b(?:who|whom|whose)\b", re.IGNORECASE)
+
+
+def _answering_person(units, spans, parsed) -> int | None:
+    """The person unit that answers a "who" question: the fullest name (most words, titles left out;
+    a one-word "person" is often a misread, "Amur tigers"; a name read as an organisation counts when
+    it reads as a person's, :func:`_reads_as_person`), the first of those, never a possessive ("Grace
+    Whitman's play")."""
+    people = [k for k, unit in enumerate(units) if spans[k] is not None and (
+                  unit["label"] == "PERSON" or (unit["label"] == "ORG" and _reads_as_person(parsed, *spans[k])))
+              and not (spans[k][1] + 1 < len(parsed) and parsed[spans[k][1] + 1].tag_ == "POS")]
+    return max(people, key=lambda k: (sum(t.text.lower() not in _TITLES for t in parsed[spans[k][0]:spans[k][1] + 1]), -k),
+               default=None)
+
+
+def _asked_of_who(question: str, nlp_ner, doc_sentences) -> list[tuple[tuple, bool]]:
+    """What a "who" question asks of the person who answers it ("Who handles *refunds*?"): its
+    nouns, adjectives and verbs that the document has, as :func:`_described_words` gives them;
+    nothing for another question."""
+    if not _WHO.search(question):
+        return []
+    words = []
+    for token in nlp_ner(_compound_numbers(question)):
+        if token.is_stop or not token.text.isalpha() or token.pos_ not in ("NOUN", "ADJ", "VERB"):
+            continue
+        forms = tuple(_forms(token))
+        if any(_has(sentence, forms) for sentence in doc_sentences):
+            words.append((forms, False))
+    return words
+
+
+def _points_elsewhere(described, places, others, doc_sentences, only_if_none: bool = False) -> bool:
+    """Whether some other person's document clause (``others``: sentence, first, last) covers more of
+    the ``described`` words (weighted by :func:`_rarity_weights`) than every clause of this one's
+    (``places``); with ``only_if_none``, only when no clause of this one's covers any of them."""
     weights = _rarity_weights(described, doc_sentences)
 
-    def cover(sentence, lo, hi):
-        clause = _doc_clause(sentence, lo, hi)
+    def cover(sentence, lo, hi):  # the name's own words say nothing of it ("Caer Veldrith Castle", read as a person)
+        clause = [j for j in _doc_clause(sentence, lo, hi) if not lo <= j <= hi]
         return sum(w for (forms, _), w in zip(described, weights) if _has(sentence, forms, clause))
 
     own = max(cover(doc_sentences[s], lo, hi) for s, (lo, hi) in places)
-    keys = units[k]["keys"]
-    rival = max((cover(doc_sentences[s], lo, hi) for s, named in enumerate(people) for lo, hi in named
-                 if not any(any(f in doc_sentences[s][j] for f in key) for key in keys for j in range(lo, hi + 1))),
-                default=0.0)
+    if only_if_none and own > 0:
+        return False
+    rival = max((cover(doc_sentences[s], lo, hi) for s, lo, hi in others), default=0.0)
     return rival > own + 1e-9
 
 
@@ -726,10 +796,10 @@ def _clause(parsed, spans, k, reach: int = _CLAUSE_REACH) -> list:
 
 
 def _described_words(parsed, units, spans, k, doc_sentences, extra=(),
-                     verbs: bool = False) -> list[tuple[tuple, bool]]:
+                     verbs: bool = False, clause: bool = True) -> list[tuple[tuple, bool]]:
     """What number unit ``k`` is said of, as the document has it: the nouns and adjectives of its
-    clause outside every unit (and of ``extra`` tokens; with ``verbs``, its verbs too), and the
-    proper nouns of the names in it
+    clause outside every unit (without ``clause``, of the ``extra`` tokens only; with them, of those
+    too; with ``verbs``, its verbs too), and the proper nouns of the names in it
     ("the *annual pass* costs 2 dollars", "in *Turbo* mode the range is 85 km"), each as
     ``(forms, is_name)``."""
     numbers = {i for j, span in enumerate(spans) if span is not None and (units[j]["numeric"] or j == k)
@@ -738,9 +808,9 @@ def _described_words(parsed, units, spans, k, doc_sentences, extra=(),
              for i in range(span[0], span[1] + 1)}
     words = []
     kinds = ("NOUN", "ADJ", "VERB") if verbs else ("NOUN", "ADJ")
-    clause = _clause(parsed, spans, k, _ABOUT_REACH)
-    seen = {token.i for token in clause}
-    for token in clause + [t for t in extra if t.i not in seen]:
+    around = _clause(parsed, spans, k, _ABOUT_REACH) if clause else []
+    seen = {token.i for token in around}
+    for token in around + [t for t in extra if t.i not in seen]:
         name = token.i in names and token.pos_ == "PROPN"
         if token.i in numbers or token.is_stop or not token.text.isalpha() or token.text.lower() in _NOT_COUNTED or not (
                 name or (token.i not in names and token.pos_ in kinds)):

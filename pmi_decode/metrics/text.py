@@ -85,6 +85,20 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
+# A full stop that ends no sentence: after a title ("Dr. Marcus Idowu"), or after an abbreviation when the
+# text goes on in lower case ("opens at 9:30 a.m. and closes at 5:30 p.m. from April").
+_NO_SENTENCE_END = re.compile(r"(?:\b(?:Dr|Mr|Mrs|Ms|Mx|Prof|St|Mt|Rev|Capt|Col|Gen|Sgt|Lt)\.\s+(?=\S)"
+                              r"|\b(?:a\.m|p\.m|e\.g|i\.e|etc|approx|vs)\.\s+(?=[a-z]))")
+
+
+def document_sentences(text: str) -> list[str]:
+    """:func:`sentences`, but a title's or an abbreviation's full stop ends no sentence (see
+    ``_NO_SENTENCE_END``): the sentences of a document whose facts are compared clause by clause, so
+    that "lab sessions led by Dr. Marcus Idowu" stays one sentence."""
+    protected = _NO_SENTENCE_END.sub(lambda m: m.group(0).replace(" ", "\x00").replace("\n", "\x01"), text)
+    return [s.replace("\x00", " ").replace("\x01", "\n") for s in sentences(protected)]
+
+
 def sentence_around(text: str, start: int, end: int) -> tuple[int, int]:
     """The character bounds of the sentence of ``text`` (as :func:`sentences` splits it) that
     holds ``text[start:end]``; a break inside that span ("St. Bride's") does not split it."""
