@@ -106,6 +106,8 @@ WRONG_FACT_SETS = [
      "rules of 4c7e356 (0.565 / 0.65) and with the person changes read from the fourteenth and fifteenth (0.60 / "
      "0.75; the same with the sentence change after))",
      "fact_integrity_sixteenth.jsonl"),
+    ("seventeenth set (written by a seventh annotator who had not seen the rules, after every change above; run once "
+     "with the rules of cf783e6 (0.545 / 0.60) and with the rules now)", "fact_integrity_seventeenth.jsonl"),
 ]
 ABSTENTION_SETS = [
     ("dev (written first; the rules were tuned on it)", "abstention_labels.jsonl"),
@@ -162,6 +164,8 @@ ABSTENTION_SETS = [
     ("fifteenth set (written by a ninth annotator who had not seen the rules, asked only to vary documents, questions "
      "and wordings; run once with the rules of cf783e6 (0.933 / 0.70), of 0d061a6 and 623b332 (0.929 / 0.65) and "
      "with the thirteenth and fourteenth sets' changes)", "abstention_fifteenth.jsonl"),
+    ("sixteenth set (written by a tenth annotator who had not seen the rules, after every change above; run once with "
+     "the rules of cf783e6 (1.0 / 0.45) and with the rules now)", "abstention_sixteenth.jsonl"),
 ]
 
 
