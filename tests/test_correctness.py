@@ -453,6 +453,18 @@ def test_a_title_or_an_abbreviation_ends_no_document_sentence():
     assert wrong_facts(page, ["Who leads the lab sessions?"], "Dr. Marcus Idowu") == []
 
 
+def test_amounts_in_millions_match_their_digits():
+    from pmi_decode.metrics.fact_support import _compound_numbers
+
+    assert _compound_numbers("£1.75m towards it") == "£1750000 towards it"
+    assert _compound_numbers("2.4 million people, $3bn and £40k") == "2400000 people, $3000000000 and £40000"
+    assert _compound_numbers("a 1.75m wall and a 5k run") == "a 1.75m wall and a 5k run"  # metres, kilometres
+    page = "The developer will contribute £1,750,000 towards a new school. Profit was £2.4 million."
+    assert wrong_facts(page, ["How much?"], "The developer will contribute £1.75m towards a new school.") == []
+    assert wrong_facts(page, ["How much?"], "Profit was £2,400,000.") == []
+    assert wrong_facts(page, ["How much?"], "The developer will contribute £1.5m towards a new school.")
+
+
 def test_number_words_with_hundreds_become_digits():
     from pmi_decode.metrics.fact_support import _compound_numbers
 

@@ -258,6 +258,12 @@ _MINUTES = {"quarter": "15", "half": "30", "five": "5", "ten": "10"}
 _TO = re.compile(r"\b(?:a )?quarter to " + _UNIT + r"\b", re.IGNORECASE)
 
 
+_SCALES = {"k": 3, "m": 6, "mn": 6, "million": 6, "bn": 9, "billion": 9}
+# "£1.75m", "$3bn", "£40k" (after a currency sign only: "a 1.75m wall", "a 5k run"); "2.4 million people"
+_SCALED_MONEY = re.compile(r"([£$€]\s?)(\d+(?:,\d{3})*(?:\.\d+)?)\s?(k|m|mn|bn|million|billion)\b", re.IGNORECASE)
+_SCALED_WORD = re.compile(r"()(?<![\d.,])\b(\d+(?:,\d{3})*(?:\.\d+)?)\s(million|billion)\b", re.IGNORECASE)
+
+
 def _small(word: str) -> int:
     return int(word) if word.isdigit() else _SMALL[word.lower()]
 
@@ -267,7 +273,9 @@ def _compound_numbers(text: str) -> str:
     "ninety-three" -> "93", "two hundred and thirty" -> "230", "one thousand one hundred and
     fifty" -> "1150", "four and a half" -> "4.5", "six pounds fifty" -> "6.50 pounds",
     "half past eight" -> "8:30", "twenty past ten" -> "10:20", "a quarter to seven" -> "6:45",
-    "the twenty-eighth of June" -> "the 28th of June"."""
+    "the twenty-eighth of June" -> "the 28th of June"; and amounts in millions as whole numbers:
+    "£1.75m" -> "£1750000", "2.4 million" -> "2400000" (``m`` and ``k`` only after a currency sign:
+    "a 1.75m wall" is metres)."""
     def tens(match):
         return str((_TENS.index(match.group(1).lower()) + 2) * 10 + int(_NUMBER_WORDS[match.group(2).lower()]))
 
@@ -285,7 +293,17 @@ def _compound_numbers(text: str) -> str:
     text = _AND_A_HALF.sub(lambda m: f"{_small(m.group(1))}.5", text)
     text = _AMOUNT_AND_CENTS.sub(lambda m: f"{_small(m.group(1))}.{int(m.group(3)):02d} {m.group(2)}", text)
     text = _PAST.sub(lambda m: f"{_small(m.group(2))}:{_MINUTES.get(m.group(1).lower(), m.group(1)).zfill(2)}", text)
-    return _TO.sub(lambda m: f"{(_small(m.group(1)) - 2) % 12 + 1}:45", text)
+    text = _TO.sub(lambda m: f"{(_small(m.group(1)) - 2) % 12 + 1}:45", text)
+    for scaled in (_SCALED_MONEY, _SCALED_WORD):
+        text = scaled.sub(lambda m: m.group(1) + _scaled(m.group(2), m.group(3)), text)
+    return text
+
+
+def _scaled(number: str, scale: str) -> str:
+    """``number`` times the ``scale`` word's value, as whole digits ("1.75", "m" -> "1750000")."""
+    whole, _, fraction = number.replace(",", "").partition(".")
+    digits = _SCALES[scale.lower()]
+    return str(int(whole + fraction.ljust(digits, "0")[:digits]) if len(fraction) <= digits else number)
 
 
 def _token_forms(token) -> frozenset:
