@@ -233,6 +233,19 @@ def test_hedges_beside_answers_and_what_the_source_covers(question, response, ex
     ("How much is the buffet?", "The buffet costs €18 per adult; the menu doesn't mention a price for children.", False),
     # reported facts that are not about the question answer nothing
     ("Has my premium gone up?", "The renewal quotes £486 for the year ahead. Last year's figure isn't shown.", True),
+    # the sixteenth set's wordings
+    ("What's the notice period?", "I'm not seeing a cancellation section here.", True),
+    ("Would my bike be covered?", "It only gives the premium, so whether a bike would be covered isn't something I "
+     "can work out from it.", True),
+    ("Is there a support act?", "The ticket says doors open at 7pm. No support act is named.", True),
+    ("What's the total cost?", "It breaks down the cabinets but leaves flooring as TBD, so there isn't a total in "
+     "here yet.", True),
+    ("whats the wifi password", "the welcome letter has the key safe code, but I can't see a wifi password "
+     "anywhere. it might be on a card inside the cottage?", True),
+    ("What's the dose for a 30 lb child?", "For 24-35 lbs the chart on the label says 5 mL every 4-6 hours, no more "
+     "than 5 doses in 24 hours.", False),
+    ("Why is my tax code different?", "Your payslip shows the current code as 1185L, but it doesn't show last "
+     "month's code or any reason for a change.", True),
 ])
 def test_negative_answers_with_verbs_of_having_and_other_wordings(question, response, expected):
     assert abstains(response, question) is expected
@@ -262,8 +275,10 @@ ABSTENTION_FLOORS = [
     ("abstention_fourteenth.jsonl", 0.85, 0.75),  # an eighth annotator; 0.87 / 0.65 with the rules before this
                                                   # change, 0.78 / 0.35 after its first rounds; then read: 0.94 / 0.85
     ("abstention_fifteenth.jsonl", 0.9, 0.75),   # a ninth annotator, run once: 0.94 / 0.75 (before 0.93 / 0.70)
-    ("abstention_sixteenth.jsonl", 0.95, 0.65),  # a tenth annotator, after every change, run once: 1.00 / 0.65
-                                                 # (the rules before this release's changes: 1.00 / 0.45)
+    ("abstention_sixteenth.jsonl", 0.95, 0.9),   # a tenth annotator, after every change, run once: 1.00 / 0.65
+                                                 # (the rules before this release's changes: 1.00 / 0.45); then read
+    ("abstention_seventeenth.jsonl", 0.9, 0.8),  # an eleventh, run once: 0.94 / 0.80 (0.94 / 0.75 before the
+                                                 # sixteenth's changes, 0.92 / 0.60 before this release's)
 ]
 
 

@@ -29,6 +29,8 @@
         > docs/results/correctness/detectors_623b332.json           # before the thirteenth set's changes
     python eval/studies/correctness_detectors.py --rules-of 4c7e356 \
         > docs/results/correctness/detectors_4c7e356.json           # before a person's things said were weighed apart
+    python eval/studies/correctness_detectors.py --rules-of 7526af9 \
+        > docs/results/correctness/detectors_7526af9.json           # before the sixteenth abstention set's changes
 
 The sets, in the order they were written (tests/fixtures/correctness/): a development set the
 rules were tuned on, a second set looked at once (the number-word and abstention rules were
@@ -165,7 +167,12 @@ ABSTENTION_SETS = [
      "and wordings; run once with the rules of cf783e6 (0.933 / 0.70), of 0d061a6 and 623b332 (0.929 / 0.65) and "
      "with the thirteenth and fourteenth sets' changes)", "abstention_fifteenth.jsonl"),
     ("sixteenth set (written by a tenth annotator who had not seen the rules, after every change above; run once with "
-     "the rules of cf783e6 (1.0 / 0.45) and with the rules now)", "abstention_sixteenth.jsonl"),
+     "the rules of cf783e6 (1.0 / 0.45) and of 7526af9 (1.0 / 0.65); then read, with the fifteenth: 'I'm not seeing', "
+     "'isn't something I can work out', 'no support act is named', 'there isn't a total in here', 'it may be on a "
+     "card' is no answer, '..., no more than 5 doses' is no hedge)", "abstention_sixteenth.jsonl"),
+    ("seventeenth set (written by an eleventh annotator who had not seen the rules; run once with the rules of "
+     "cf783e6 (0.923 / 0.60), of 7526af9 (0.938 / 0.75) and with the sixteenth set's changes)",
+     "abstention_seventeenth.jsonl"),
 ]
 
 

@@ -59,13 +59,14 @@ _TELL = (r"(?:say|says|said|mention|mentions|mentioned|specify|specifies|specifi
          r"tells|told|provide|provides|provided|include|includes|included|contain|contains|give|gives|given|"
          r"indicate|indicates|indicated|list|lists|listed|show|shows|shown|cover|covers|covered|address|name|names|named|"
          r"addresses|addressed|note|notes|noted|reveal|reveals|disclose|discloses|describe|describes|described|"
-         r"explain|explains|explained|clarify|clarifies|clarified|quote|quotes|quoted|"
+         r"explain|explains|explained|clarify|clarifies|clarified|quote|quotes|quoted|confirm|confirms|confirmed|"
          r"(?:set|sets|spell|spells|spelled|spelt)\s+out|(?:go|goes|went)\s+into)")
 _SOURCE = (r"(?:document|text|passage|article|page|information|context|source|website|site|description|details?|info|"
            r"leaflet|brochure|sheet|notes|menu|announcement|syllabus|guide|listing|schedule|timetable|excerpt|manual|"
            r"policy|pamphlet|flyer|notice|post|entry|record|records|material|booklet|review|report|newsletter|letter|"
            r"sign|poster|bulletin|programme|program|catalogue|catalog|faq|invoice|email|summary|terms|contract|lease|"
            r"agreement|statement|confirmation|receipt|invitation|invite|handbook|instructions|itinerary|quote|"
+           r"payslip|certificate|bill|label|reminder|renewal|welcome pack|"
            r"what (?:i|we) (?:have|know|was given))")
 # "doesn't say", "isn't mentioned": a verb of telling, negated. Some of those verbs are verbs of having
 # too ("the fare doesn't include meals", "water damage isn't covered" answer): see _said_of_information.
@@ -79,8 +80,8 @@ _NEGATED_TELLING_PATTERNS = [
     # "the timetable has no prices on it", "it gives no reason", "no email address is given", "no country of
     # manufacture listed" (with a verb of having only as _said_of_information allows: "the kit has no batteries")
     r"\b(?:has|have|gives?|lists?|shows?|includes?|quotes?|mentions?|states?|carries|offers?)\s+no\b",
-    r"\bno\s+(?:[\w-]+\s+){0,4}?(?:is\s+|are\s+|was\s+|were\s+)?(?:given|listed|stated|mentioned|specified|shown|"
-    r"provided|included|quoted|printed|noted|(?:set|spelled|spelt)\s+out)\b",
+    r"\bno\s+(?:[\w-]+\s+){0,5}?(?:is\s+|are\s+|was\s+|were\s+)?(?:given|listed|stated|mentioned|specified|shown|"
+    r"provided|included|quoted|printed|noted|named|(?:set|spelled|spelt)\s+out)\b",
     # "hours of operation are left out" (what is left out must be information: "tomatoes are left out" answers)
     r"\b(?:is|are|was|were|been)\s+left\s+out\b",
 ]
@@ -107,6 +108,9 @@ _ABSTAIN_PATTERNS = [
     r"\b(?:i|we)\s+(?:don't|do not)\s+have\s+(?:any\s+)?(?:\w+\s+){0,1}(?:information|details?|data|info|answer|record)",
     r"\b(?:i|we)\s+(?:don't|do not)\s+have\s+(?:that|this|it)(?=\s*(?:[;,.!?]|$))",
     r"\b(?:i'm|i am|we're|we are)\s+not\s+(?:\w+\s+){0,1}(?:sure|certain|aware)\b",
+    r"\b(?:i'm|i am|we're|we are)\s+not\s+(?:seeing|finding|spotting)\b",
+    # "so there isn't a total in here yet"
+    r"\bthere\s+(?:isn't|is not|aren't|are not)\s+(?:a|an|any)\s+[\w\s-]{1,30}?\s+in\s+(?:here|there)\b",
     r"\b(?:unable|not able|wasn't able|was not able|weren't able)\s+to\s+(?:find|answer|determine|tell|say|confirm|locate)\b",
     r"\b(?:i|we)\s+(?:have|had|'ve got)\s+nothing\s+(?:on|about|regarding)\b",
     r"\b(?:is|are|was|were|'s|stays|remains)\s+silent\s+(?:on|about)\b",
@@ -120,7 +124,8 @@ _ABSTAIN_PATTERNS = [
     r"\b(?:unknown|unclear|not known|no way to know|not clear)\b",
     rf"\b(?:no|nothing)\b[^.?!]{{0,40}}\b(?:in|on)\s+(?:the|this|that)\s+{_SOURCE}\b",
     r"(?:\bnot|n't)\s+(?:something|a detail|a thing|anything)\s+(?:that\s+)?(?:the|this|i|we)\b[^.?!]{0,30}"
-    r"\b(?:cover|mention|say|know|have|specif|state|give|list|include|tell|go(?:es)? into)",
+    r"\b(?:cover|mention|say|know|have|specif|state|give|list|include|tell|go(?:es)? into|work out|figure out|"
+    r"determine|confirm|answer)",
     r"\bcan't (?:help|answer) (?:you )?with that\b",
     rf"\b{_TELL}\s+nothing\s+(?:about|on|of|regarding|as to)\b",
     r"^\W*(?:can't|cannot|can not|couldn't)\s+(?:really\s+)?(?:say|tell)\b",
@@ -133,7 +138,8 @@ _ABSTAIN_PATTERNS = [
     # (not when a colon goes on to the answer: "it lists the lunch prices but not the dinner ones: lunch is 12 euros")
     # "the events page only gives the date, not an age range", "the list gives the venue but no kick-off time"
     rf"\b(?:it|they|the\s+\w+(?:\s+\w+)?|this\s+\w+)\s+(?:only\s+)?(?:{_TELL}|talks?\s+about|discuss(?:es)?|"
-    rf"deals?\s+with|goes\s+into)\b[^.?!]{{0,80}}(?:,\s*|\bbut\s+)(?:not|no)\s+(?:about\s+|on\s+)?\w+(?![^.?!]*:)",
+    rf"deals?\s+with|goes\s+into)\b[^.?!]{{0,80}}(?:,\s*|\bbut\s+)(?:not|no)\s+"
+    rf"(?!(?:more|less|fewer|later|earlier|longer|sooner)\s+than\b)(?:about\s+|on\s+)?\w+(?![^.?!]*:)",
 ]
 _NEGATED_TELLING = [re.compile(p, re.IGNORECASE) for p in _NEGATED_TELLING_PATTERNS]
 _ABSTAIN = [re.compile(p, re.IGNORECASE) for p in _ABSTAIN_PATTERNS]
@@ -143,7 +149,8 @@ _HAVING = re.compile(r"\b(?:include[sd]?|contain(?:s|ed)?|provide[sd]?|cover(?:s
                      r"left\s+out)\b",
                      re.IGNORECASE)
 _INFORMATION = (r"(?:information|info|details?|data|figures?|numbers?|times?|dates?|prices?|costs?|reasons?|"
-                r"explanation|answer|names?|breakdown|estimates?|amounts?|hours|specifics|indication|word)")
+                r"explanation|answer|names?|breakdown|estimates?|amounts?|hours|specifics|indication|word|codes?|"
+                r"timescales?|timeframes?)")
 # the source as the subject: "the menu", "the information provided", "the text I was given", "the
 # amenities list", "the page, which" (not "the confirmation shows a fare, which"); or "it" / "they"
 # after the source was named ("I went by the rules page you shared, and it doesn't cover barbecues")
@@ -154,7 +161,7 @@ _PRONOUN_AFTER = re.compile(r"\s+in\s+(?:it|them|there)\b", re.IGNORECASE)
 _SOURCE_NAMED = re.compile(rf"\b{_SOURCE}s?\b", re.IGNORECASE)
 _SOURCE_AFTER = re.compile(rf"\s+(?:in|on|by|from)\s+(?:the|this|that|my|our|your)?\s*(?:\w+\s+)?{_SOURCE}s?\b",
                            re.IGNORECASE)
-_INFORMATION_OBJECT = re.compile(rf"^\s+(?:\w+\s+){{0,3}}?{_INFORMATION}\b", re.IGNORECASE)
+_INFORMATION_OBJECT = re.compile(rf"^\s+(?:[\w']+\s+){{0,3}}?{_INFORMATION}\b", re.IGNORECASE)
 _PASSIVE = re.compile(r"(?:isn't|aren't|wasn't|weren't|is not|are not|was not|were not|not|is|are|was|were|been)\b",
                       re.IGNORECASE)
 _QUESTION_SUBJECT = re.compile(r"(?:^|[,;:.!?])\W*(?:what|whether|who|when|where|why|how|which)\b[^,;:.!?]*$",
@@ -175,7 +182,8 @@ _HEDGED_ANSWER = re.compile(r"\bso\s+(?:my\s+(?:read|guess|take|bet)\b|i(?:'d| w
 # it's best to call them", "It might be worth checking") does not.
 _ADVICE = (r"(?!\s*,?\s*(?:you\b|ask|check|contact|try|call|visit|look|consider|email|phone|reach|"
            r"(?:it|that)(?:'s|\s+is|\s+would\s+be|'d\s+be)\s+(?:best|better|worth|wise|a\s+good\s+idea)|"
-           r"(?:best|better|worth|wise|a\s+good\s+idea)\b|we\b|i\s+(?:can|could|would|will)\b|i'd\b|i'll\b))")
+           r"(?:best|better|worth|wise|a\s+good\s+idea)\b|we\b|i\s+(?:can|could|would|will)\b|i'd\b|i'll\b|"
+           r"(?:written\s+|printed\s+|listed\s+)?(?:on|in)\s+(?:a|an|the|your|their|its)\b))")
 _GUESS_OPENING = re.compile(r"^\W*(?:(?:but|and|so|though|still)\b,?\s*)?(?:i\s+(?:think|believe|guess|suppose|would say)|"
                             r"i'd say|(?:i'm|i am)\s+(?:pretty|fairly|quite|almost|reasonably)\s+(?:sure|certain|confident)|"
                             r"my\s+(?:best\s+)?(?:guess|estimate)(?:\s+(?:is|would be))?|i(?:'d| would)\s+(?:guess|estimate)|"
@@ -310,7 +318,7 @@ _KINDS = [(kind, re.compile(rf"\b(?:{words})\b", re.IGNORECASE)) for kind, words
     ("?when", r"when|what\s+time|dates?|days?|times?|deadlines?|time\s+limits?"),
     ("?who", r"who|whom|whose|names?"),
     ("?where", r"where|place|location|address|venue|country"),
-    ("?how long", r"how\s+long|duration|runtime|run\s+time|length"),
+    ("?how long", r"how\s+long|duration|runtime|run\s+time|length|timescales?|timeframes?|notice\s+period"),
     ("?why", r"why|reasons?|explanation|cause"),
     ("?how many", r"how\s+many|numbers?|count|capacity|quantity"),
 ]]
