@@ -192,7 +192,8 @@ def test_hedges_beside_answers_and_what_the_source_covers(question, response, ex
     ("Is parking free at the venue?", "Looks like it: the invitation says 'free parking on site'. It doesn't say how "
      "many spaces there are.", False),
     ("Is the risotto vegetarian?", "Not as written. The menu says it's made with chicken stock. It doesn't say "
-     "whether the kitchen can swap it out.", False),    # the twelfth set's wordings
+     "whether the kitchen can swap it out.", False),
+    # the twelfth set's wordings
     ("What time is the meeting?", "Her email confirms it's on Thursday in Room 4B, but she never actually says what "
      "time it starts.", True),
     ("Is there a dress code?", "hmm, nope, the invite just has the date, the venue and the RSVP bit. nothing on what "

@@ -237,7 +237,9 @@ def abstains(response: str, question: str | None = None) -> bool:
     when, but not who", "the page only covers weekdays, not Sundays"), rather than asserting an
     answer. A
     negative answer ("the museum is not open on Mondays") is not an abstention: every pattern
-    needs a verb of telling or knowing, or a noun of information. A hedge followed by an answer
+    needs a verb of telling or knowing, or a noun of information; and a verb that is one of having
+    too ("the fare doesn't include meals", "water damage isn't covered") only where the source is
+    what lacks it or what it lacks is information (:func:`_said_of_information`). A hedge followed by an answer
     asserts the answer, in the same sentence ("I'm not sure, but I think it opens at 9", "... but
     it says it was finished in the 1850s") or in a later one that opens with a guess ("I don't
     know. I think it was made out of silver.", "My best estimate would be 28 inches").
@@ -246,9 +248,11 @@ def abstains(response: str, question: str | None = None) -> bool:
     "Yes, it opens at 10 on Sundays, though the page doesn't say whether lanes can be booked",
     asked whether the pool opens on Sundays, and neither does one before an answer ("The notice
     doesn't give a reason, but it says the run is postponed to 12 May"). It is a side detail when
-    an answer (a clause that opens with yes or no or holds a number, a day or a month) stands
-    beside it and what it says is not told shares no content word (Porter stem) with the question
-    (:func:`_side_detail`)."""
+    an answer to the question stands beside it (a yes or no, or a clause with a number, a day or a
+    month that shares a word with the question or gives a value of the kind it asks for:
+    :func:`_answers`) and what it says is not told shares no content word (Porter stem) with the
+    question, nor the kind of thing it asks for ("any fees" for "how much", unless the answer gives
+    a price already) (:func:`_side_detail`)."""
     if not isinstance(response, str):
         raise ValueError(f"expected a string response, got {type(response).__name__}")
     if question is not None and not isinstance(question, str):
@@ -278,8 +282,8 @@ def _not_told(text: str):
 
 
 def _said_of_information(text: str, hit) -> bool:
-    """A negated verb of telling that is a verb of having too (include, contain, provide, cover) is
-    a hedge only when the source is what does not include ("the menu doesn't include prices", "not
+    """A negated verb of telling that is a verb of having too (include, contain, provide, cover,
+    have, show, carry, offer, leave out) is a hedge only when the source is what does not include ("the menu doesn't include prices", "not
     covered in the brochure") or what is not included is information ("it doesn't provide a reason",
     "the exact times aren't included"): "the fare doesn't include meals", "the price doesn't include
     VAT", "water damage isn't covered" and "it doesn't cover that" answer."""
