@@ -648,8 +648,7 @@ def _said_of_someone_else(k, units, spans, places, parsed, doc_sentences, people
         return False
     appositive = _appositive(parsed, units, spans, k)
     groups = [_described_words(parsed, units, spans, k, doc_sentences, verbs=True),
-              _described_words(parsed, units, spans, k, doc_sentences, appositive, verbs=True, clause=False),
-              ]
+              _described_words(parsed, units, spans, k, doc_sentences, appositive, verbs=True, clause=False)]
     keys = units[k]["keys"]
     others = [(s, lo, hi) for s, named in enumerate(people) for lo, hi in named
               if not any(any(f in doc_sentences[s][j] for f in key) for key in keys for j in range(lo, hi + 1))]
