@@ -358,6 +358,7 @@ WRONG_FACT_FLOORS = [
                                                      # then read: 0.90 / 0.85
     ("fact_integrity_sixteenth.jsonl", 0.55, 0.7),   # a sixth annotator, run once before and after: 0.565 / 0.65, 0.60 / 0.75
     ("fact_integrity_seventeenth.jsonl", 0.55, 0.7),  # a seventh, after every change, run once: 0.58 / 0.70 (before 0.545 / 0.60)
+    ("fact_integrity_eighteenth.jsonl", 0.55, 0.85),  # an eighth, run once: 0.60 / 0.90 (before this release 0.57 / 0.85)
 ]
 
 
@@ -479,6 +480,19 @@ def test_amounts_in_millions_match_their_digits():
     assert wrong_facts(page, ["How much?"], "The developer will contribute £1.75m towards a new school.") == []
     assert wrong_facts(page, ["How much?"], "Profit was £2,400,000.") == []
     assert wrong_facts(page, ["How much?"], "The developer will contribute £1.5m towards a new school.")
+
+
+def test_a_value_worked_out_in_one_step_from_the_document_is_not_invented():
+    page = ("The roof appeal has raised £31,200 of its £45,000 target. Home students pay £12,400 a year and "
+            "international students £26,900. A single bun is £1.40 and a dozen costs £15.")
+    question = ["How much more is needed?"]
+    assert wrong_facts(page, question, "The appeal still needs £13,800 to reach its target.") == []
+    assert wrong_facts(page, question, "International students pay £14,500 more than home students.") == []
+    # no word says it is worked out: an invented value stays invented
+    assert wrong_facts(page, question, "The appeal has £13,800 in pledges.")
+    # a wrong sum is still wrong, and small values are not taken on trust (15 + 1.40 = 16.40 by chance)
+    assert wrong_facts(page, question, "The appeal still needs £13,900 to reach its target.")
+    assert wrong_facts(page, question, "Twelve single buns would cost £16.40 in total.")
 
 
 def test_number_words_with_hundreds_become_digits():

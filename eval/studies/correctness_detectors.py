@@ -31,6 +31,8 @@
         > docs/results/correctness/detectors_4c7e356.json           # before a person's things said were weighed apart
     python eval/studies/correctness_detectors.py --rules-of 7526af9 \
         > docs/results/correctness/detectors_7526af9.json           # before the sixteenth abstention set's changes
+    python eval/studies/correctness_detectors.py --rules-of eed18b8 \
+        > docs/results/correctness/detectors_eed18b8.json           # before worked-out values
 
 The sets, in the order they were written (tests/fixtures/correctness/): a development set the
 rules were tuned on, a second set looked at once (the number-word and abstention rules were
@@ -109,7 +111,11 @@ WRONG_FACT_SETS = [
      "0.75; the same with the sentence change after))",
      "fact_integrity_sixteenth.jsonl"),
     ("seventeenth set (written by a seventh annotator who had not seen the rules, after every change above; run once "
-     "with the rules of cf783e6 (0.545 / 0.60) and with the rules now)", "fact_integrity_seventeenth.jsonl"),
+     "with the rules of cf783e6 (0.545 / 0.60) and of eed18b8 (0.583 / 0.70); then read with the sixteenth: a value "
+     "of 100 or more worked out in one step from the document's values, where the sentence says so)",
+     "fact_integrity_seventeenth.jsonl"),
+    ("eighteenth set (written by an eighth annotator who had not seen the rules; run once with the rules of cf783e6 "
+     "(0.567 / 0.85), of eed18b8 (0.60 / 0.90) and with the worked-out values)", "fact_integrity_eighteenth.jsonl"),
 ]
 ABSTENTION_SETS = [
     ("dev (written first; the rules were tuned on it)", "abstention_labels.jsonl"),

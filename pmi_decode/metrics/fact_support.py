@@ -457,6 +457,8 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
         if _copied_with_context(response, unit, copied_from):
             continue
         reason = _context_problem(k, units, spans, found, widths, parsed, doc_sentences)
+        if reason == "not in the sources" and unit["numeric"] and _worked_out(unit, response, doc_sentences, history):
+            reason = None
         if reason is None and unit["label"] == "PERSON" and spans[k] is not None and _said_of_someone_else(
                 k, units, spans, found[k], parsed, doc_sentences, _people(document, nlp_ner),
                 asked if k == answering else ()):
@@ -464,6 +466,39 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
         if reason is not None:
             wrong.append(dict(unit, reason=reason))
     return wrong
+
+
+# A value the response works out in one step from the document's values, and says so: "still needs
+# £13,800 to hit its goal" (£45,000 less £31,200), "a majority of 225", "£320 in total" for two rooms
+# at £160 (the count from the question), "£1,425 with the 25% discount" (£1,900 less 25%).
+_WORKED_OUT_CUES = re.compile(r"\b(?:in total|total(?:s|ling|led)?|altogether|all told|comes? to|came to|would be|"
+                              r"would cost|works? out|more than|less than|fewer than|difference|majority|margin|"
+                              r"still needs?|short of|remaining|discount(?:ed)?|saving|cheaper|dearer|higher|lower)\b",
+                              re.IGNORECASE)
+
+
+def _worked_out(unit: dict, response: str, doc_sentences, history: Sequence[str]) -> bool:
+    """Whether number ``unit``, which no source states, is one step of arithmetic from them: the sum
+    or difference of two document values, a document value times a count the question gives, or a
+    document value less a document percentage; only when its sentence says it is worked out
+    (:data:`_WORKED_OUT_CUES`) and the value is 100 or more: below that, the sums and differences of
+    a document's twenty values cover most small prices, so a wrong "£16.40" would pass by chance. An
+    earlier rule that accepted sums of the response's own numbers cleared nonsense ("15 * 10 = 150
+    dollars"); this one takes its terms from the sources only."""
+    value = next((float(f[1:]) for key in unit["keys"] for f in key if f.startswith("#")), None)
+    start, end = sentence_around(response, unit["start"], unit["end"])
+    if value is None or value < 100 or not _WORKED_OUT_CUES.search(response[start:end]):
+        return False
+    stated = sorted({float(f[1:]) for sentence in doc_sentences for forms in sentence if forms is not _BREAK
+                     for f in forms if f.startswith("#")})
+    counts = {float(n) for turn in history[-1:] for n in re.findall(r"\b\d+\b", _compound_numbers(turn))
+              if 1 < float(n) <= 100}
+
+    def near(x):
+        return abs(x - value) < 0.005
+    return (any(near(a + b) or near(abs(a - b)) for i, a in enumerate(stated) for b in stated[i + 1:])
+            or any(near(a * c) for a in stated for c in counts)
+            or any(near(a * (1 - p / 100)) for a in stated for p in stated if 0 < p < 100))
 
 
 #: How many words on each side of a fact unit (within its sentence) a verbatim copy must carry,
