@@ -20,6 +20,9 @@ before it (measured in the warm-up; ``*_memory_ratio`` against plain decoding).
   (``pmi_decode.packed.buffered_update``; on for the CPU); ``concatenated`` is transformers'
   ``torch.cat`` of the whole cache at every step, after the step's keys and values are made
   contiguous (``contiguous_update``).
+- ``shared-positions``: beam search's rows of one prompt share its positions in the packed path's
+  cache (``pmi_decode.shared_positions``; on for the CPU); ``per-row`` holds them in every row,
+  as transformers' cache does.
 - ``additive-mask``: the packed step hands attention its mask as the additive float mask, made
   once per step (``pmi_decode.packed.additive_mask_step``); ``boolean`` leaves torch to convert the
   boolean mask in every layer.
@@ -62,6 +65,8 @@ SWITCHES = {
     "step-graph-large": ("graph", "eager", dict(), None, (pmi_decode.step_graph, "MAX_ELEMENTS", 1 << 26)),
     "buffered-cache": ("buffered", "concatenated", dict(packed=True), (pmi_decode.packed, "BUFFERED_ON", ()),
                        (pmi_decode.packed, "BUFFERED_ON", ("cpu", "cuda"))),
+    "shared-positions": ("shared", "per-row", dict(packed=True), (pmi_decode.packed, "SHARED_ON", ()),
+                         (pmi_decode.packed, "SHARED_ON", ("cpu", "cuda"))),
     "additive-mask": ("additive", "boolean", dict(packed=True),
                       (pmi_decode.packed, "additive_mask_step", lambda original: original), None),
     "final-choice": ("model", "pmi", dict(),

@@ -526,7 +526,9 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             :func:`paired_prompt_cache`), greedy search included; and for encoder-decoder models
             in beam search, leave the cross-attention cache in place where beam reordering cannot
             change it (:class:`GroupedCrossAttentionCache`). Same tokens, fewer prompt forwards
-            and copies. The packed path always runs each prompt once.
+            and copies. The packed path always runs each prompt once; with ``share_prompt`` its
+            rows of one prompt also share that prompt's positions in the cache, on the devices
+            :data:`pmi_decode.packed.SHARED_ON` names (:mod:`pmi_decode.shared_positions`).
         normalize: normalise each step's PMI scores over the nucleus (see
             :class:`~pmi_decode.PMIDecode`).
         conditional_end: the conditional model alone decides when the response ends (see
@@ -605,7 +607,7 @@ def _pmi_generate(model, inputs, *, alpha, p, paired, share_prompt, normalize, c
         proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
                          conditional_end=conditional_end, eos_token_id=ends, nucleus_projection=False,
                          plausibility=plausibility, pmi_cap=pmi_cap)
-        rows = PackedRows(model, cond, proc.unconditional_inputs, _expansion(config))
+        rows = PackedRows(model, cond, proc.unconditional_inputs, _expansion(config), share=share_prompt)
         proc._packed = rows
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
         with rows.installed():

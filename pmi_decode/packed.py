@@ -16,7 +16,10 @@ for the call:
   :class:`~pmi_decode.PMIDecode` (:meth:`PackedRows.unconditional_logits`), without a second
   forward;
 * beam search reorders the rows, so both halves move together; sampling draws once per row, so
-  the draws are the separate path's for the same seed.
+  the draws are the separate path's for the same seed;
+* where a prompt has several rows (beams, returned sequences), they share its positions: the
+  cache holds them once per prompt and each row only its generated positions
+  (:mod:`pmi_decode.shared_positions`, on the devices :data:`SHARED_ON` names).
 
 It needs a decoder-only model whose attention takes a custom 4-D mask with explicit position ids
 (``sdpa`` attention) and a plain per-layer key/value cache; :func:`packed_path_blocker`
@@ -36,9 +39,11 @@ from .forward_watch import branch_forward
 from .model_calls import (accepts_keyword, cache_keyword, config_has_plain_layers, left_padded, padding_id,
                           plain_cache, prefill, returned_cache)
 from .paired import StepChecks
+from .shared_positions import NOT_SERVED, SharedPositions
 
 __all__ = ["PackedRows", "packed_path_blocker", "ATTENTION_WITH_CUSTOM_MASKS", "grouped_query_step",
-           "additive_mask_step", "contiguous_update", "buffered_update", "BUFFERED_ON", "generated_positions_reorder"]
+           "additive_mask_step", "contiguous_update", "buffered_update", "BUFFERED_ON", "SHARED_ON",
+           "generated_positions_reorder"]
 
 #: Attention implementations the packed path runs on: ``sdpa`` reads a custom 4-D boolean mask as
 #: given (True = attend). Flash attention takes no 4-D mask, flex attention wants a block mask, and
@@ -141,21 +146,28 @@ def additive_mask_step(original):
 
 
 @contextlib.contextmanager
-def _packed_step_attention(grouped: bool):
-    """For the duration, ``sdpa`` is the packed step's attention: :func:`additive_mask_step` over
-    :func:`grouped_query_step` where the model's query heads share key/value heads (``grouped``),
-    over transformers' own otherwise (a local override in transformers' attention registry, removed
-    afterwards). It changes no result, only how the mask and the cache are read, so another model
-    using ``sdpa`` meanwhile is unaffected but for float rounding."""
+def _packed_step_attention(grouped: bool, shared: SharedPositions | None = None):
+    """For the duration, ``sdpa`` is the packed step's attention: over the prompt positions the
+    rows share (``shared``, :mod:`pmi_decode.shared_positions`) where they do, else
+    :func:`additive_mask_step` over :func:`grouped_query_step` where the model's query heads share
+    key/value heads (``grouped``), over transformers' own otherwise (a local override in
+    transformers' attention registry, removed afterwards). Another model using ``sdpa`` meanwhile
+    is unaffected but for float rounding, as long as it passes no ``layer_idx`` beyond this
+    model's and its masks are not this step's (the shared attention refuses what it does not fit)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     if "sdpa" not in ALL_ATTENTION_FUNCTIONS:
+        if shared is not None:
+            raise ValueError(NOT_SERVED)
         yield
         return
     local = ALL_ATTENTION_FUNCTIONS._local_mapping
     had, before = "sdpa" in local, local.get("sdpa")
     sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    ALL_ATTENTION_FUNCTIONS["sdpa"] = additive_mask_step(grouped_query_step(sdpa) if grouped else sdpa)
+    if shared is not None:
+        ALL_ATTENTION_FUNCTIONS["sdpa"] = shared.attention(sdpa)
+    else:
+        ALL_ATTENTION_FUNCTIONS["sdpa"] = additive_mask_step(grouped_query_step(sdpa) if grouped else sdpa)
     try:
         yield
     finally:
@@ -200,6 +212,11 @@ def contiguous_update(cache) -> None:
 #: (:func:`contiguous_update`). The CPU: measured faster there (``benchmarks/results/cpu_speed/buffered_cache/``).
 #: A GPU: not timed yet, nor its peak memory (``benchmarks/switch_ab.py --switch buffered-cache``).
 BUFFERED_ON: tuple[str, ...] = ("cpu",)
+#: Device types on which the rows of one prompt (beams, returned sequences) share its positions in
+#: the packed path's cache (:mod:`pmi_decode.shared_positions`; ``share_prompt=False`` turns it off
+#: for a call). The CPU: measured ``benchmarks/results/cpu_speed/shared_positions/``. A GPU: not
+#: timed yet (``benchmarks/switch_ab.py --switch shared-positions``).
+SHARED_ON: tuple[str, ...] = ("cpu",)
 #: A buffer grows by at least this many positions, and by at least 1/32 of its length: a step adds
 #: two positions, so a growth comes every 16 steps at most, and a buffer holds at most 3% + 32
 #: positions it does not use.
@@ -249,6 +266,19 @@ def buffered_update(cache) -> None:
     cache.update = update
 
 
+def _counted_with_shared(cache, width: int) -> None:
+    """Give this cache (an instance attribute) a ``get_seq_length`` that counts the ``width``
+    prompt positions its rows share (:mod:`pmi_decode.shared_positions`) besides the positions each
+    row holds, so whoever reads the length reads the sequence's. Holds the cache weakly, as
+    :func:`contiguous_update` does."""
+    owner, own = weakref.ref(cache), type(cache).get_seq_length
+
+    def get_seq_length(layer_idx: int = 0) -> int:
+        return width + own(owner(), layer_idx)
+
+    cache.get_seq_length = get_seq_length
+
+
 #: What the packed path says when beam search picks a parent outside a row's own prompt.
 CROSS_PROMPT_PARENT = ("the packed path: beam search picked a parent row of another prompt, and the packed cache "
                        "reorders only the generated positions; decode this call with packed=False")
@@ -287,9 +317,10 @@ def generated_positions_reorder(cache, prompt_width: int, group: int, checks: St
 class PackedRows:
     """The model's forward for one ``generate`` call on the packed path (install it with
     :meth:`installed`). ``cond``: the conditional prompts given to generate; ``uncond``: the
-    document-free prompts, one row each; ``expand``: rows per prompt (beams, returned sequences)."""
+    document-free prompts, one row each; ``expand``: rows per prompt (beams, returned sequences);
+    ``share``: the rows of one prompt share its positions in the cache where :data:`SHARED_ON` says."""
 
-    def __init__(self, model, cond: dict, uncond: dict, expand: int):
+    def __init__(self, model, cond: dict, uncond: dict, expand: int, share: bool = True):
         self.model = model
         self.cond_ids = cond["input_ids"]
         ids, mask = uncond["input_ids"], uncond["attention_mask"]
@@ -297,6 +328,9 @@ class PackedRows:
             ids, mask = left_padded(ids, mask, padding_id(model))
         self.uncond_ids, self.uncond_mask = ids, mask
         self.expand = int(expand)
+        self.share = bool(share)
+        self.shared: SharedPositions | None = None  # the prompt positions, once per prompt, where shared
+        self._shared_proven = False  # a step has shown that every layer's attention takes them
         self.cache_keyword = cache_keyword(model)
         self.grouped = _shares_key_value_heads(model)  # read once: the step's attention depends on it
         self.checks = StepChecks()
@@ -358,30 +392,48 @@ class PackedRows:
                 once[name] = once[name][::k]
         out = self._original(**once)
         cache = returned_cache(out)
+        share = (self.share and k > 1 and ids.device.type in SHARED_ON
+                 and torch.equal(mask, mask[::k].repeat_interleave(k, dim=0)))
         if k > 1:
-            cache.batch_repeat_interleave(k)
+            if not share:
+                cache.batch_repeat_interleave(k)
             out.logits = out.logits.repeat_interleave(k, dim=0)
         self._through += 1
         try:
             with torch.no_grad(), branch_forward():
-                u_cache, u_logits = prefill(self.model, self.uncond_ids, self.uncond_mask, k)
+                u_cache, u_logits = prefill(self.model, self.uncond_ids, self.uncond_mask, 1 if share else k)
         finally:
             self._through -= 1
         if not (plain_cache(cache) and plain_cache(u_cache)) or len(cache.layers) != len(u_cache.layers):
             raise ValueError("the packed path needs a plain key/value cache in every layer; use pmi_generate's "
                              "default path for this model")
-        for layer, other in zip(cache.layers, u_cache.layers):
-            layer.keys = torch.cat([layer.keys, other.keys], dim=-2)
-            layer.values = torch.cat([layer.values, other.values], dim=-2)
-        (buffered_update if ids.device.type in BUFFERED_ON else contiguous_update)(cache)
-        generated_positions_reorder(cache, cache.get_seq_length(), k, self.checks)
-        u_mask = self.uncond_mask.repeat_interleave(k, dim=0).bool()
-        c_mask = mask.bool()
-        self.allowed = torch.stack([
+        u_mask, c_mask = self.uncond_mask.bool(), mask.bool()
+        if not share:
+            u_mask = u_mask.repeat_interleave(k, dim=0)
+        elif k > 1:
+            c_mask = c_mask[::k]
+        allowed = torch.stack([
             torch.cat([c_mask, torch.zeros_like(u_mask)], dim=-1),
             torch.cat([torch.zeros_like(c_mask), u_mask], dim=-1),
         ], dim=1)
-        self.next_uncond = u_mask.sum(-1)
+        shared_keys, shared_values = [], []
+        for layer, other in zip(cache.layers, u_cache.layers):  # a layer at a time: one layer's copy at most
+            keys = torch.cat([layer.keys, other.keys], dim=-2)
+            values = torch.cat([layer.values, other.values], dim=-2)
+            if share:  # the prompt once per prompt; each row's cache holds its generated positions only
+                shared_keys.append(keys)
+                shared_values.append(values)
+                keys, values = (t.new_empty(rows, *t.shape[1:-2], 0, t.shape[-1]) for t in (keys, values))
+            layer.keys, layer.values = keys, values
+        del u_cache
+        if share:
+            self.shared = SharedPositions(shared_keys, shared_values, allowed, k)
+            _counted_with_shared(cache, self.shared.width)
+            allowed = allowed[:, :, :0].repeat_interleave(k, dim=0)
+        (buffered_update if ids.device.type in BUFFERED_ON else contiguous_update)(cache)
+        generated_positions_reorder(cache, 0 if share else cache.get_seq_length(), k, self.checks)
+        self.allowed = allowed
+        self.next_uncond = self.uncond_mask.sum(-1).repeat_interleave(k, dim=0)
         self.next_cond = torch.full_like(self.next_uncond, ids.shape[1])
         self.fed = ids.shape[1]
         self.uncond_logits = u_logits.repeat_interleave(k, dim=0)
@@ -400,17 +452,51 @@ class PackedRows:
             self._own = torch.eye(2, dtype=torch.bool, device=ids.device).expand(rows, 2, 2)
         self.allowed = torch.cat([self.allowed, self._own], dim=-1)
         step = dict(kwargs)
-        step.pop("logits_to_keep", None)
+        for name in ("logits_to_keep", "attention_mask"):  # the mask: this step's, given with the forward
+            step.pop(name, None)
         step.update(input_ids=ids.repeat(1, 2), position_ids=torch.stack([cond_pos, self.next_uncond], dim=1),
-                    attention_mask=self.allowed[:, None], use_cache=True)
-        with _packed_step_attention(self.grouped):
-            out = self._original(**step)
+                    use_cache=True)
+        if self.shared is not None and not self._shared_proven:
+            out = self._first_shared_step(step)
+        else:
+            with _packed_step_attention(self.grouped, self.shared):
+                out = self._original(**step, attention_mask=self.allowed[:, None])
+            if self.shared is not None and not self.shared.step_done():
+                raise ValueError(NOT_SERVED)
         self.next_uncond = self.next_uncond + 1
         self.next_cond = self.next_cond + 1
         self.fed += 1
         self.uncond_logits = out.logits[:, 1]
         out.logits = out.logits[:, :1]
         return out
+
+    def _first_shared_step(self, step: dict):
+        """The first step over shared prompt positions, which proves that every layer's attention
+        takes them (:meth:`SharedPositions.step_done`). A model whose attention does not (it
+        bypasses transformers' attention interface, or fails on the split cache) has its step run
+        again over whole rows: the prompt copied back to each row, this step's positions dropped."""
+        try:
+            with _packed_step_attention(self.grouped, self.shared):
+                out = self._original(**step, attention_mask=self.allowed[:, None])
+            proven = self.shared.step_done()
+        except Exception:  # noqa: BLE001 - run again over whole rows; an error of the model itself recurs there
+            self.shared.served.clear()
+            proven = False
+        if proven:
+            self._shared_proven = True
+            return out
+        shared, k, cache = self.shared, self.expand, step[self.cache_keyword]
+        self.shared = None
+        for index, layer in enumerate(cache.layers):
+            layer.keys = torch.cat([shared.keys[index].repeat_interleave(k, dim=0), layer.keys[..., :0, :]], dim=-2)
+            layer.values = torch.cat([shared.values[index].repeat_interleave(k, dim=0), layer.values[..., :0, :]],
+                                     dim=-2)
+        del cache.get_seq_length  # the class's count again: every position is in the rows
+        generated_positions_reorder(cache, shared.width, k, self.checks)
+        self.allowed = torch.cat([shared.mask.repeat_interleave(k, dim=0), self.allowed], dim=-1)
+        del shared
+        with _packed_step_attention(self.grouped):
+            return self._original(**step, attention_mask=self.allowed[:, None])
 
     def unconditional_logits(self, input_ids: torch.LongTensor) -> torch.Tensor:
         """The document-free next-token logits of the step ``generate`` just ran for ``input_ids``."""
@@ -427,6 +513,7 @@ class PackedRows:
     def strip(self, output):
         """generate's output without the packed cache (it holds both halves), after the queued checks."""
         self.checks.flush()
+        self.shared = None
         if torch.is_tensor(output):
             return output
         fields = {key: value for key, value in output.items() if key not in ("past_key_values", "cache")}

@@ -66,3 +66,16 @@ def _buffered_cache(monkeypatch):
 
         device = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu").split(":")[0]
         monkeypatch.setattr(pmi_decode.packed, "BUFFERED_ON", (*pmi_decode.packed.BUFFERED_ON, device))
+
+
+@pytest.fixture(autouse=True)
+def _shared_positions(monkeypatch):
+    """``PMI_DECODE_TEST_SHARED_POSITIONS=1``: every test runs with the packed path's beams sharing
+    their prompt positions (pmi_decode.shared_positions) on the test device as well, so the
+    exactness suite checks it where it is not on by default (a GPU, for now):
+        PMI_DECODE_TEST_SHARED_POSITIONS=1 PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness"""
+    if os.environ.get("PMI_DECODE_TEST_SHARED_POSITIONS") == "1":
+        import pmi_decode.packed
+
+        device = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu").split(":")[0]
+        monkeypatch.setattr(pmi_decode.packed, "SHARED_ON", (*pmi_decode.packed.SHARED_ON, device))

@@ -236,13 +236,15 @@ def test_additive_mask_step_equals_sdpa_with_the_boolean_mask(dtype):
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
-def test_the_packed_step_hands_attention_a_float_mask(kind):
+def test_the_packed_step_hands_attention_a_float_mask(kind, monkeypatch):
     """Every two-token step's attention gets the float mask made once per step (torch would
-    otherwise convert the boolean mask in every layer); the tokens stay the separate path's."""
+    otherwise convert the boolean mask in every layer); the tokens stay the separate path's.
+    With the beams' prompt positions held once a row each (a GPU's default, for now)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     import pmi_decode.packed as packed
 
+    monkeypatch.setattr(packed, "SHARED_ON", ())
     model, inputs = setup(kind)
     masks = []
     real = packed.additive_mask_step
@@ -264,11 +266,12 @@ def test_the_packed_step_hands_attention_a_float_mask(kind):
     assert torch.equal(got, separate(model, inputs, 0.5, 0.9, num_beams=2, **NEW))
 
 
-def test_the_packed_step_uses_the_grouped_attention_and_restores_sdpa():
+def test_the_packed_step_uses_the_grouped_attention_and_restores_sdpa(monkeypatch):
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     import pmi_decode.packed as packed
 
+    monkeypatch.setattr(packed, "SHARED_ON", ())  # the grouped attention serves the rows that hold their prompt
     model, inputs = setup("llama")  # 4 query heads over 2 key/value heads
     calls = []
     real = packed.grouped_query_step
