@@ -33,13 +33,20 @@ before it (measured in the warm-up; ``*_memory_ratio`` against plain decoding).
     python benchmarks/switch_ab.py --switch generated-reorder --model embedded --batch 1 --output-dir DIR   (CPU)
     python benchmarks/switch_ab.py --switch cross-attention-bias --model bart-base --device cuda --beams 1 --output-dir DIR
     python benchmarks/switch_ab.py --switch step-graph --model gpt2-small --device cuda --beams 1 --output-dir DIR
+    python benchmarks/switch_ab.py --switch shared-positions --model embedded --batch 4 --cpu-memory --output-dir DIR
+
+On the CPU, ``--cpu-memory`` adds the peak resident memory each call adds (the kernel's high-water
+mark, reset before the call), each of the three runs alone in a fresh process.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from unittest import mock
@@ -87,6 +94,9 @@ def main(argv=None, switch: str | None = None) -> None:
     parser.add_argument("--doc-tokens", type=int, default=None,
                         help="the longest row's document length in tokens (default: Topical-Chat's mean)")
     parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--cpu-memory", action="store_true",
+                        help="on the CPU, also the peak resident memory each call adds, each run alone in a fresh process")
+    parser.add_argument("--memory-of", choices=["plain", "on", "off"], help=argparse.SUPPRESS)  # a fresh process's run
     args = parser.parse_args(argv)
     on, off, options, off_patch, on_patch = SWITCHES[args.switch]
     model = random_weight_model(args.model, args.device, dtype=args.dtype)
@@ -104,6 +114,10 @@ def main(argv=None, switch: str | None = None) -> None:
             off: lambda: switched(off_patch)}
 
     cuda = args.device.startswith("cuda")
+    if args.memory_of:
+        run = runs[{"plain": "plain", "on": on, "off": off}[args.memory_of]]
+        print(json.dumps({"peak_added_mb": _resident_peak_added_mb(run)}))
+        return
 
     def sync():
         if cuda:
@@ -140,7 +154,11 @@ def main(argv=None, switch: str | None = None) -> None:
         "same_tokens": bool(torch.equal(outputs[on], outputs[off])),
         "peak_added_mb": peak,
     }
-    if cuda:
+    if args.cpu_memory and not cuda:
+        peak = {name: _in_fresh_process(argv, which) for name, which in (("plain", "plain"), (on, "on"), (off, "off"))}
+        result["peak_added_mb"] = peak
+        result["meta"]["memory"] = "peak resident memory added by the call (VmHWM), each run alone in a fresh process"
+    if cuda or args.cpu_memory:
         result.update({f"{on}_memory_ratio": peak[on] / max(peak["plain"], 1e-9),
                        f"{off}_memory_ratio": peak[off] / max(peak["plain"], 1e-9)})
     out = Path(args.output_dir)
@@ -150,6 +168,37 @@ def main(argv=None, switch: str | None = None) -> None:
         name += f"_doc{args.doc_tokens}"
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k not in ("meta", "all_wall_s")}, indent=1))
+
+
+def _memory_status(field: str) -> int:
+    """A field of /proc/self/status in kB (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}: --cpu-memory needs Linux")
+
+
+def _resident_peak_added_mb(run) -> float:
+    """The peak resident memory ``run`` adds over what the process held before it, in MiB. The
+    kernel's high-water mark is reset first (``/proc/self/clear_refs``), so the model's loading
+    does not count; meant for a fresh process, where no earlier call left freed memory behind
+    for this one to reuse unseen."""
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _memory_status("VmRSS")
+    with torch.no_grad():
+        torch.manual_seed(0)
+        run()
+    return (_memory_status("VmHWM") - before) / 1024
+
+
+def _in_fresh_process(argv, which: str) -> float:
+    """:func:`_resident_peak_added_mb` of one run (``plain``, ``on`` or ``off``), in a new process."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    command = [sys.executable, str(Path(__file__).resolve()), *[a for a in given if a != "--cpu-memory"],
+               "--memory-of", which]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["peak_added_mb"])
 
 
 if __name__ == "__main__":
