@@ -202,3 +202,24 @@ def test_a_later_step_that_bypasses_the_shared_attention_is_refused(monkeypatch)
         pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, num_beams=3, **NEW)
     assert len(calls) == 2
     assert NOT_SERVED.endswith("share_prompt=False")
+
+
+def test_a_first_step_that_fails_on_the_split_cache_runs_again_over_whole_rows(monkeypatch):
+    """A model whose attention raises on the shared prompt (here, the two-part attention made to)
+    has its first step run again with the prompt copied back to every row: the separate path's
+    tokens, and no shared positions for the rest of the call."""
+    model, inputs = setup_generation("gpt2")
+    monkeypatch.setattr(packed, "SHARED_ON", (model.device.type,))
+    made, steps = _watch_shared(monkeypatch)
+
+    def failing(self, original):
+        def attention(*args, **kwargs):
+            raise RuntimeError("this model's attention cannot read a split cache")
+        return attention
+
+    monkeypatch.setattr(SharedPositions, "attention", failing)
+    got = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, num_beams=3, **NEW)
+    assert torch.equal(got, separate(model, inputs, 0.5, 0.9, num_beams=3, **NEW))
+    assert len(made) == 1 and steps and not any(on for *_, on in steps)
+    width = inputs["conditional"]["input_ids"].shape[1] + inputs["unconditional"]["input_ids"].shape[1]
+    assert [length for _, length, _ in steps] == [width + 2 * n for n in range(1, len(steps) + 1)]
