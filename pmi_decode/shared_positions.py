@@ -58,7 +58,8 @@ class SharedPositions:
         k = self.expand
         keys = torch.cat([self.keys[layer].repeat_interleave(k, dim=0), key], dim=-2)
         values = torch.cat([self.values[layer].repeat_interleave(k, dim=0), value], dim=-2)
-        prompt = self.mask.repeat_interleave(k, dim=0)[:, None].expand(-1, attention_mask.shape[1], -1, -1)
+        prompt = self.mask.to(attention_mask.device).repeat_interleave(k, dim=0)[:, None]
+        prompt = prompt.expand(-1, attention_mask.shape[1], -1, -1)
         return keys, values, torch.cat([prompt, attention_mask], dim=-1)
 
     def attention(self, original):
@@ -76,7 +77,8 @@ class SharedPositions:
             """``[prompts, 1, rows of the prompt, 1, positions of the step, prompt + generated]``."""
             if made.get("from") is not attention_mask or made.get("dtype") != dtype:
                 k = self.expand
-                seen = torch.cat([self.mask.repeat_interleave(k, dim=0), attention_mask[:, 0]], dim=-1)
+                prompt = self.mask.to(attention_mask.device)  # a model split over devices: the layer's
+                seen = torch.cat([prompt.repeat_interleave(k, dim=0), attention_mask[:, 0]], dim=-1)
                 additive = torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill_(~seen, -math.inf)
                 made.update({"from": attention_mask, "dtype": dtype,
                              "mask": additive.view(-1, k, 1, *seen.shape[1:]).unsqueeze(1)})
