@@ -7,13 +7,14 @@ padding rules live here once.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-__all__ = ["model_device", "accepts_keyword", "cache_keyword", "returned_cache", "prefill", "padding_id",
+__all__ = ["sdpa_replaced", "model_device", "accepts_keyword", "cache_keyword", "returned_cache", "prefill", "padding_id",
            "left_padded", "plain_cache", "config_has_plain_layers"]
 
 
@@ -108,3 +109,26 @@ def config_has_plain_layers(model) -> bool:
     except Exception:  # a config the cache cannot read: not known to be plain
         return False
     return all(type(layer) is DynamicLayer for layer in layers)
+
+
+@contextlib.contextmanager
+def sdpa_replaced(make):
+    """For the duration, transformers' ``sdpa`` attention is ``make(original)`` (a local override
+    in transformers' attention registry, removed afterwards); yields whether there was an ``sdpa``
+    to replace. Every model using ``sdpa`` meanwhile runs ``make``'s function, so it must hand on
+    what is not its own call."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if "sdpa" not in ALL_ATTENTION_FUNCTIONS:
+        yield False
+        return
+    local = ALL_ATTENTION_FUNCTIONS._local_mapping
+    had, before = "sdpa" in local, local.get("sdpa")
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = make(ALL_ATTENTION_FUNCTIONS["sdpa"])
+    try:
+        yield True
+    finally:
+        if had:
+            local["sdpa"] = before
+        else:
+            del ALL_ATTENTION_FUNCTIONS["sdpa"]

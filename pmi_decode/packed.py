@@ -37,7 +37,7 @@ import torch
 
 from .forward_watch import branch_forward
 from .model_calls import (accepts_keyword, cache_keyword, config_has_plain_layers, left_padded, padding_id,
-                          plain_cache, prefill, returned_cache)
+                          plain_cache, prefill, returned_cache, sdpa_replaced)
 from .paired import StepChecks
 from .shared_positions import NOT_SERVED, SharedPositions
 
@@ -154,27 +154,16 @@ def _packed_step_attention(grouped: bool, shared: SharedPositions | None = None)
     transformers' attention registry, removed afterwards). Another model using ``sdpa`` meanwhile
     is unaffected but for float rounding, as long as it passes no ``layer_idx`` beyond this
     model's and its masks are not this step's (the shared attention refuses what it does not fit)."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    if "sdpa" not in ALL_ATTENTION_FUNCTIONS:
-        if shared is not None:
+    if shared is not None:
+        def make(sdpa):
+            return shared.attention(sdpa)
+    else:
+        def make(sdpa):
+            return additive_mask_step(grouped_query_step(sdpa) if grouped else sdpa)
+    with sdpa_replaced(make) as replaced:
+        if shared is not None and not replaced:
             raise ValueError(NOT_SERVED)
         yield
-        return
-    local = ALL_ATTENTION_FUNCTIONS._local_mapping
-    had, before = "sdpa" in local, local.get("sdpa")
-    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    if shared is not None:
-        ALL_ATTENTION_FUNCTIONS["sdpa"] = shared.attention(sdpa)
-    else:
-        ALL_ATTENTION_FUNCTIONS["sdpa"] = additive_mask_step(grouped_query_step(sdpa) if grouped else sdpa)
-    try:
-        yield
-    finally:
-        if had:
-            local["sdpa"] = before
-        else:
-            del ALL_ATTENTION_FUNCTIONS["sdpa"]
 
 
 def contiguous_update(cache) -> None:
