@@ -23,6 +23,9 @@ before it (measured in the warm-up; ``*_memory_ratio`` against plain decoding).
 - ``shared-positions``: beam search's rows of one prompt share its positions in the packed path's
   cache (``pmi_decode.shared_positions``; on for the CPU); ``per-row`` holds them in every row,
   as transformers' cache does.
+- ``cross-attention-once``: an encoder-decoder model's beam search on the paired path holds the
+  cross-attention part of its cache once per prompt after the first step
+  (``pmi_decode.cross_attention_cache``; on for the CPU); ``per-row`` keeps it in every row.
 - ``additive-mask``: the packed step hands attention its mask as the additive float mask, made
   once per step (``pmi_decode.packed.additive_mask_step``); ``boolean`` leaves torch to convert the
   boolean mask in every layer.
@@ -53,6 +56,7 @@ from unittest import mock
 
 import torch
 
+import pmi_decode.cross_attention_cache
 import pmi_decode.defaults
 import pmi_decode.generation
 import pmi_decode.packed
@@ -74,6 +78,8 @@ SWITCHES = {
                        (pmi_decode.packed, "BUFFERED_ON", ("cpu", "cuda"))),
     "shared-positions": ("shared", "per-row", dict(packed=True), (pmi_decode.packed, "SHARED_ON", ()),
                          (pmi_decode.packed, "SHARED_ON", ("cpu", "cuda"))),
+    "cross-attention-once": ("once", "per-row", dict(), (pmi_decode.cross_attention_cache, "HELD_ONCE_ON", ()),
+                             (pmi_decode.cross_attention_cache, "HELD_ONCE_ON", ("cpu", "cuda"))),
     "additive-mask": ("additive", "boolean", dict(packed=True),
                       (pmi_decode.packed, "additive_mask_step", lambda original: original), None),
     "final-choice": ("model", "pmi", dict(),

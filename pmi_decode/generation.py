@@ -28,6 +28,7 @@ from transformers import GenerationConfig, LogitsProcessorList
 
 from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
+from . import cross_attention_cache
 from .cross_attention_cache import GroupedCrossAttentionCache
 from .final_choice import HypothesisScores, check_final_choice, choose_by_model, end_id_list
 from .model_calls import cache_keyword, config_has_plain_layers, model_device, plain_cache, prefill
@@ -487,7 +488,8 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
             paired path, also run each half of the stacked batch at its own width (see
             :func:`paired_prompt_cache`), greedy search included; and for encoder-decoder models
             in beam search, leave the cross-attention cache in place where beam reordering cannot
-            change it (:class:`GroupedCrossAttentionCache`). Same tokens, fewer prompt forwards
+            change it, and hold it once per prompt on the devices
+            :data:`pmi_decode.cross_attention_cache.HELD_ONCE_ON` names (:class:`GroupedCrossAttentionCache`). Same tokens, fewer prompt forwards
             and copies. The packed path always runs each prompt once; with ``share_prompt`` its
             rows of one prompt also share that prompt's positions in the cache, on the devices
             :data:`pmi_decode.packed.SHARED_ON` names (:mod:`pmi_decode.shared_positions`).
@@ -623,7 +625,10 @@ def _pmi_generate(model, inputs, *, alpha, p, paired, share_prompt, normalize, c
             model_kwargs[cache_keyword(model)] = cache
     if joint_config.do_sample:
         model_kwargs["custom_generate"] = paired_sampling_loop  # one draw per dialogue, for both halves
-    with _merged_defaults(model, joint_config), CrossAttentionBias(model).installed():
+    cache = model_kwargs.get(cache_keyword(model))
+    held_once = (cache.attention_installed() if isinstance(cache, GroupedCrossAttentionCache)
+                 and model_device(model).type in cross_attention_cache.HELD_ONCE_ON else contextlib.nullcontext())
+    with _merged_defaults(model, joint_config), CrossAttentionBias(model).installed(), held_once:
         output = _class_generate(model)(model, **joint, generation_config=joint_config, logits_processor=[proc],
                                         **model_kwargs)
     return proc.conditional(output)

@@ -79,3 +79,17 @@ def _shared_positions(monkeypatch):
 
         device = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu").split(":")[0]
         monkeypatch.setattr(pmi_decode.packed, "SHARED_ON", (*pmi_decode.packed.SHARED_ON, device))
+
+
+@pytest.fixture(autouse=True)
+def _cross_attention_once(monkeypatch):
+    """``PMI_DECODE_TEST_CROSS_ATTENTION_ONCE=1``: every test runs with the paired path's beam search
+    holding an encoder-decoder model's cross-attention once per prompt
+    (pmi_decode.cross_attention_cache) on the test device as well, where it is not on by default:
+        PMI_DECODE_TEST_CROSS_ATTENTION_ONCE=1 PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness"""
+    if os.environ.get("PMI_DECODE_TEST_CROSS_ATTENTION_ONCE") == "1":
+        import pmi_decode.cross_attention_cache
+
+        device = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu").split(":")[0]
+        monkeypatch.setattr(pmi_decode.cross_attention_cache, "HELD_ONCE_ON",
+                            (*pmi_decode.cross_attention_cache.HELD_ONCE_ON, device))

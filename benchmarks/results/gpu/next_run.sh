@@ -4,8 +4,9 @@
 # only), which would take the 0.5k-token row's memory (1.26x plain in passes 5 and 8, target 1.25x)
 # well under the target: the prompt part of the cache held once per prompt instead of once per beam.
 # 1. the step graph, final choice, packed path and shared-positions tests on CUDA, with the packed
-#    path's cache buffered and its beams sharing their prompt (conftest's
-#    PMI_DECODE_TEST_BUFFERED_CACHE=1 and PMI_DECODE_TEST_SHARED_POSITIONS=1), then the whole
+#    path's cache buffered, its beams sharing their prompt, and BART's beams holding the
+#    cross-attention once per prompt (conftest's PMI_DECODE_TEST_BUFFERED_CACHE=1,
+#    PMI_DECODE_TEST_SHARED_POSITIONS=1 and PMI_DECODE_TEST_CROSS_ATTENTION_ONCE=1), then the whole
 #    exactness suite so;
 # 2. shared positions against per-row prompts, time and peak memory in one process: the Llama shape
 #    (SmolLM2-1.7B, bfloat16) beam 4 at batch 8 at the 0.5k-token document, then beam 4 at batch 1
@@ -18,11 +19,12 @@
 #
 #     OUT=/some/folder bash benchmarks/results/gpu/next_run.sh
 source benchmarks/results/gpu/parts.sh
-export PMI_DECODE_TEST_DEVICE=cuda PMI_DECODE_TEST_BUFFERED_CACHE=1 PMI_DECODE_TEST_SHARED_POSITIONS=1
+export PMI_DECODE_TEST_DEVICE=cuda PMI_DECODE_TEST_BUFFERED_CACHE=1 PMI_DECODE_TEST_SHARED_POSITIONS=1 \
+    PMI_DECODE_TEST_CROSS_ATTENTION_ONCE=1
 part unit_tests 90 python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_step_graph.py \
-    tests/test_final_choice.py tests/test_packed_path.py tests/test_shared_positions.py
+    tests/test_final_choice.py tests/test_packed_path.py tests/test_shared_positions.py tests/test_cross_attention_cache.py
 part exactness 170 python3 -m pytest -m exactness -q -p no:cacheprovider -n 12 tests
-unset PMI_DECODE_TEST_BUFFERED_CACHE PMI_DECODE_TEST_SHARED_POSITIONS
+unset PMI_DECODE_TEST_BUFFERED_CACHE PMI_DECODE_TEST_SHARED_POSITIONS PMI_DECODE_TEST_CROSS_ATTENTION_ONCE
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # as passes 5 and 8 measured the 0.5k row
 AB="python3 benchmarks/switch_ab.py --device cuda --new-tokens 64 --output-dir $R/switch_ab --model llama-1.7b \
     --dtype bfloat16 --beams 4"
