@@ -55,41 +55,26 @@ def _recorded_steps(monkeypatch):
         monkeypatch.setattr(pmi_decode.step_graph, "GRAPHED_ON", (os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu"),))
 
 
-@pytest.fixture(autouse=True)
-def _buffered_cache(monkeypatch):
-    """``PMI_DECODE_TEST_BUFFERED_CACHE=1``: every test runs with the packed path's cache buffered
-    (pmi_decode.packed.buffered_update) on the test device as well, so the exactness suite checks it
-    where it is not on by default (a GPU, for now):
-        PMI_DECODE_TEST_BUFFERED_CACHE=1 PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness"""
-    if os.environ.get("PMI_DECODE_TEST_BUFFERED_CACHE") == "1":
-        import pmi_decode.packed
-
-        device = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu").split(":")[0]
-        monkeypatch.setattr(pmi_decode.packed, "BUFFERED_ON", (*pmi_decode.packed.BUFFERED_ON, device))
-
-
-@pytest.fixture(autouse=True)
-def _shared_positions(monkeypatch):
-    """``PMI_DECODE_TEST_SHARED_POSITIONS=1``: every test runs with the packed path's beams sharing
-    their prompt positions (pmi_decode.shared_positions) on the test device as well, so the
-    exactness suite checks it where it is not on by default (a GPU, for now):
-        PMI_DECODE_TEST_SHARED_POSITIONS=1 PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness"""
-    if os.environ.get("PMI_DECODE_TEST_SHARED_POSITIONS") == "1":
-        import pmi_decode.packed
-
-        device = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu").split(":")[0]
-        monkeypatch.setattr(pmi_decode.packed, "SHARED_ON", (*pmi_decode.packed.SHARED_ON, device))
+#: speed-ups that are on only for some device types: the switch that turns each on for the test
+#: device as well, so the exactness suite checks it where it is not on by default (a GPU, for now):
+#:     PMI_DECODE_TEST_SHARED_POSITIONS=1 PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness
+DEVICE_SWITCHES = {
+    # the packed path's cache buffered (pmi_decode.packed.buffered_update)
+    "PMI_DECODE_TEST_BUFFERED_CACHE": ("pmi_decode.packed", "BUFFERED_ON"),
+    # the packed path's beams sharing their prompt positions (pmi_decode.shared_positions)
+    "PMI_DECODE_TEST_SHARED_POSITIONS": ("pmi_decode.packed", "SHARED_ON"),
+    # encoder-decoder beam search holding the cross-attention once per prompt (pmi_decode.cross_attention_cache)
+    "PMI_DECODE_TEST_CROSS_ATTENTION_ONCE": ("pmi_decode.cross_attention_cache", "HELD_ONCE_ON"),
+}
 
 
 @pytest.fixture(autouse=True)
-def _cross_attention_once(monkeypatch):
-    """``PMI_DECODE_TEST_CROSS_ATTENTION_ONCE=1``: every test runs with the paired path's beam search
-    holding an encoder-decoder model's cross-attention once per prompt
-    (pmi_decode.cross_attention_cache) on the test device as well, where it is not on by default:
-        PMI_DECODE_TEST_CROSS_ATTENTION_ONCE=1 PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness"""
-    if os.environ.get("PMI_DECODE_TEST_CROSS_ATTENTION_ONCE") == "1":
-        import pmi_decode.cross_attention_cache
+def _device_switches(monkeypatch):
+    """Each of :data:`DEVICE_SWITCHES` set to 1 in the environment adds the test device to its list."""
+    import importlib
 
-        device = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu").split(":")[0]
-        monkeypatch.setattr(pmi_decode.cross_attention_cache, "HELD_ONCE_ON",
-                            (*pmi_decode.cross_attention_cache.HELD_ONCE_ON, device))
+    device = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu").split(":")[0]
+    for variable, (module_name, attribute) in DEVICE_SWITCHES.items():
+        if os.environ.get(variable) == "1":
+            module = importlib.import_module(module_name)
+            monkeypatch.setattr(module, attribute, (*getattr(module, attribute), device))
