@@ -29,7 +29,7 @@ import math
 
 import torch
 
-__all__ = ["SharedPositions", "NOT_SPLIT"]
+__all__ = ["SharedPositions", "NOT_SPLIT", "NOT_SERVED"]
 
 #: keywords of transformers' attention that the two-part attention does not compute (such calls
 #: get the whole row rebuilt and transformers' own attention)
