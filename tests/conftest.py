@@ -22,6 +22,7 @@ if os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu") != "cpu":
         "test_adaptive.py", "test_conditional_end.py", "test_nucleus_projection.py", "test_own_length_prefill.py",
         "test_normalize.py", "test_guards.py", "test_deferral.py", "test_paired_speed.py", "test_paired_sampling.py",
         "test_packed_path.py", "test_final_choice.py", "test_step_graph.py", "test_model_families.py",
+        "test_shared_positions.py", "test_cross_attention_cache.py",
     }
     collect_ignore = [path.name for path in Path(__file__).parent.glob("test_*.py") if path.name not in EXACTNESS_MODULES]
 
