@@ -11,6 +11,12 @@ prompt's one-off work cancelling out. The library's accelerator branches are tak
 on a GPU), so the counts are those of a GPU step. ``aten::`` operators are counted, views
 (``as_strided``, ``view``, ``unsqueeze``, ...) included: they launch no kernel but cost host time.
 Random weights of real sizes (BART-base, a Llama shaped like SmolLM2-135M), batch 1, float32.
+
+``--shared-positions`` adds, in beam search on a decoder-only model, the packed path with each
+prompt's positions shared by its beams (``pmi_decode.shared_positions``) and held in every row:
+
+    python benchmarks/op_counts.py --models smollm2-135m --modes beam --shared-positions \
+        --output-dir benchmarks/results/cpu_speed/op_counts_shared
 """
 
 from __future__ import annotations
@@ -18,8 +24,12 @@ from __future__ import annotations
 import argparse
 import collections
 
+import contextlib
+from unittest import mock
+
 import torch
 
+import pmi_decode.packed as packed_module
 import pmi_decode.paired as paired_module
 import pmi_decode.scores as scores_module
 from pmi_decode import pmi_generate
@@ -57,14 +67,27 @@ def per_step(fn) -> dict:
             "by_op": {k: v / 8 for k, v in diff.most_common() if v}}
 
 
-def paths(model, inputs, mode: str) -> dict:
+def paths(model, inputs, mode: str, shared_positions: bool = False) -> dict:
     kw = MODES[mode]
     cond = inputs["conditional"]
     out = {"plain": lambda n: model.generate(**cond, max_new_tokens=n, min_new_tokens=n, **kw),
            "default": lambda n: pmi_generate(model, inputs, max_new_tokens=n, min_new_tokens=n, **kw)}
     if not model.config.is_encoder_decoder:
         out["paired"] = lambda n: pmi_generate(model, inputs, paired=True, max_new_tokens=n, min_new_tokens=n, **kw)
+        if shared_positions and kw.get("num_beams", 1) > 1:
+            for name, devices in (("packed, shared prompt", ("cpu",)), ("packed, prompt per row", ())):
+                out[name] = _packed_with(model, inputs, kw, devices)
     return out
+
+
+def _packed_with(model, inputs, kw, shared_on):
+    """The packed path with ``packed.SHARED_ON`` set to ``shared_on`` (the buffered cache off, as on a GPU)."""
+    def run(n):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(mock.patch.object(packed_module, "SHARED_ON", shared_on))
+            stack.enter_context(mock.patch.object(packed_module, "BUFFERED_ON", ()))
+            return pmi_generate(model, inputs, packed=True, max_new_tokens=n, min_new_tokens=n, **kw)
+    return run
 
 
 def main(argv=None):
@@ -72,6 +95,8 @@ def main(argv=None):
     parser.add_argument("--models", nargs="+", default=["bart-base", "smollm2-135m"])
     parser.add_argument("--modes", nargs="+", default=["greedy", "beam", "sampling"], choices=list(MODES))
     parser.add_argument("--output-dir", default="benchmarks/results/cpu_speed/op_counts")
+    parser.add_argument("--shared-positions", action="store_true",
+                        help="also the packed path with the beams' prompt positions shared, and held per row")
     args = parser.parse_args(argv)
     accelerator_branches()
     torch.set_num_threads(1)
@@ -81,7 +106,7 @@ def main(argv=None):
             model = random_weight_model(name, "cpu")
             inputs = random_dialogue_inputs(model, "faithdial", 1, "cpu")
             for mode in args.modes:
-                found = {path: per_step(fn) for path, fn in paths(model, inputs, mode).items()}
+                found = {path: per_step(fn) for path, fn in paths(model, inputs, mode, args.shared_positions).items()}
                 for path, r in found.items():
                     rows.append({"model": name, "mode": mode, "path": path, **r,
                                  "ratio_to_plain": r["ops_per_step"] / found["plain"]["ops_per_step"]})

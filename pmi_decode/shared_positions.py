@@ -9,16 +9,18 @@ equal (beam search picks a row's parent among its own prompt's rows), so one is 
 :class:`SharedPositions` keeps, after the prefill, every layer's prompt positions once per prompt
 (document and history, then the document-free history), and each row's cache holds only its
 generated positions. Its attention (:meth:`SharedPositions.attention`, installed for the packed
-step) scores the queries of a prompt's rows against that prompt's positions in one product, with
-the rows as further queries, scores each row against its own generated positions, and takes one
-softmax over both. That is attention over the whole row (transformers' eager attention computed in
-two parts): equal in exact arithmetic, and to float rounding otherwise, as the exactness tests
-allow. The prompt part of the cache shrinks by the rows per prompt.
+step) lets each prompt's queries (its rows' as further queries) attend, in one fused
+``scaled_dot_product_attention`` call a layer, to the prompt's positions followed by all its rows'
+generated positions, each row masked from the others'. That is attention over the whole row: equal
+in exact arithmetic, and to float rounding otherwise, as the exactness tests allow. The prompt part
+of the cache shrinks by the rows per prompt. (A first form chained products, a concatenation and a
+softmax: about 80 more operators a layer than the per-row step, which a GPU step at a small batch
+pays in host time; the fused form adds about 26, counted on the CPU.)
 
 It needs every layer's attention to go through transformers' attention interface, which hands it
 the layer's index; :meth:`SharedPositions.step_done` tells whether a step's did (a layer that did
 not attended to the generated positions alone). The packed path proves it on the first step and
-runs that step again over whole rows where it fails (:meth:`pmi_decode.packed.PackedRows._step`). Calls it cannot compute in two parts
+runs that step again over whole rows where it fails (:meth:`pmi_decode.packed.PackedRows._step`). Calls it cannot compute so
 (soft-capping, biases, sinks, dropout while training) get the whole row rebuilt for transformers'
 own attention: slower, the same numbers.
 """
@@ -31,7 +33,7 @@ import torch
 
 __all__ = ["SharedPositions", "NOT_SPLIT", "NOT_SERVED"]
 
-#: keywords of transformers' attention that the two-part attention does not compute (such calls
+#: keywords of transformers' attention that the shared attention does not compute (such calls
 #: get the whole row rebuilt and transformers' own attention)
 NOT_SPLIT = ("softcap", "position_bias", "s_aux", "sinks", "sliding_window")
 
@@ -64,24 +66,36 @@ class SharedPositions:
 
     def attention(self, original):
         """transformers' ``sdpa`` attention for the packed step over the shared prompt positions;
-        ``original`` takes the calls the two-part attention does not compute. Built anew for each
-        step: it makes the step's additive mask (prompt and generated positions) once.
+        ``original`` takes the calls the shared attention does not compute. Built anew for each
+        step: it makes the step's mask once for all layers.
 
-        Everything is laid out by prompt, ``[prompts, kv heads, rows of the prompt, queries,
-        positions]``, where a query is one query head of a key/value head at one of the step's
-        positions: the prompt part is then one product per prompt and key/value head, the scores
-        need no reordering, and only the small generated part and the output are moved."""
+        Laid out by prompt: a prompt's queries (its rows, each key/value head's query heads, the
+        step's positions) attend in one ``scaled_dot_product_attention`` call to its positions
+        followed by all its rows' generated positions, each row masked from the others'. One fused
+        call a layer, not a chain of products, copies and a softmax: a GPU step at a small batch is
+        bound by the operators the host dispatches (``benchmarks/results/gpu/pass11/``)."""
         made = {}
 
-        def step_mask(attention_mask, dtype):
-            """``[prompts, 1, rows of the prompt, 1, positions of the step, prompt + generated]``."""
-            if made.get("from") is not attention_mask or made.get("dtype") != dtype:
-                k = self.expand
+        def step_mask(attention_mask, dtype, groups):
+            """The additive mask ``[prompts, 1, queries, prompt + rows x generated]``, queries in the
+            order (row of the prompt, query head of a key/value head, position); its last dimension
+            padded in memory to a multiple of 16, which the fused kernels want and would otherwise
+            copy it to at every layer."""
+            if made.get("from") is not attention_mask or made.get("dtype") != dtype or made.get("groups") != groups:
+                prompts, k, width = self.mask.shape[0], self.expand, self.width
+                length, generated = attention_mask.shape[-2:]
                 prompt = self.mask.to(attention_mask.device)  # a model split over devices: the layer's
-                seen = torch.cat([prompt.repeat_interleave(k, dim=0), attention_mask[:, 0]], dim=-1)
-                additive = torch.zeros(seen.shape, dtype=dtype, device=seen.device).masked_fill_(~seen, -math.inf)
-                made.update({"from": attention_mask, "dtype": dtype,
-                             "mask": additive.view(-1, k, 1, *seen.shape[1:]).unsqueeze(1)})
+                # own[p, i, l, j, g]: row i of prompt p, at position l, sees row j's generated position g
+                own = attention_mask.view(prompts, k, 1, length, 1, generated) & torch.eye(
+                    k, dtype=torch.bool, device=attention_mask.device).view(1, k, 1, 1, k, 1)
+                seen = torch.cat([prompt.view(prompts, 1, 1, length, width).expand(-1, k, -1, -1, -1),
+                                  own.flatten(-2)], dim=-1)
+                full = width + k * generated
+                additive = torch.zeros(prompts, k, groups, length, -(-full // 16) * 16, dtype=dtype,
+                                       device=seen.device)[..., :full]
+                additive.masked_fill_(~seen, -math.inf)
+                made.update({"from": attention_mask, "dtype": dtype, "groups": groups,
+                             "mask": additive.view(prompts, 1, k * groups * length, full)})
             return made["mask"]
 
         def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
@@ -100,24 +114,16 @@ class SharedPositions:
                 keys, values, mask = self.whole_rows(layer, key, value, attention_mask)
                 return original(module, query, keys, values, mask, dropout=dropout, scaling=scaling,
                                 is_causal=is_causal, **kwargs)
-            scale = dim ** -0.5 if scaling is None else scaling
-            shared_keys, shared_values = self.keys[layer], self.values[layer]
-            prompts, width, k = shared_keys.shape[0], self.width, self.expand
+            prompts, k = self.keys[layer].shape[0], self.expand
             groups = heads // kv_heads
+            mask = step_mask(attention_mask, query.dtype, groups)
             # query head h = kv head * groups + g (transformers' repeat_kv order)
-            q = (query * scale).reshape(prompts, k, kv_heads, groups * length, dim).transpose(1, 2)
-            prompt_scores = torch.matmul(q.reshape(prompts, kv_heads, k * groups * length, dim),
-                                         shared_keys.transpose(-1, -2))
-            own_keys, own_values = (t.view(prompts, k, kv_heads, generated, dim).transpose(1, 2) for t in (key, value))
-            own_scores = torch.matmul(q, own_keys.transpose(-1, -2))
-            scores = torch.cat([prompt_scores.view(prompts, kv_heads, k, groups * length, width), own_scores], dim=-1)
-            scores.view(prompts, kv_heads, k, groups, length, width + generated).add_(
-                step_mask(attention_mask, scores.dtype))
-            # the softmax in float32 at least, as transformers' eager attention takes it
-            weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(query.dtype, torch.float32))
-            weights = weights.to(query.dtype)
-            out = torch.matmul(weights[..., :width].flatten(2, 3), shared_values)
-            out = out.view(prompts, kv_heads, k, groups * length, dim) + torch.matmul(weights[..., width:], own_values)
+            q = query.unflatten(0, (prompts, k)).unflatten(2, (kv_heads, groups)).transpose(1, 2)
+            keys, values = (torch.cat([shared[layer], t.unflatten(0, (prompts, k)).transpose(1, 2)
+                                       .reshape(prompts, kv_heads, k * generated, dim)], dim=-2)
+                            for shared, t in ((self.keys, key), (self.values, value)))
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q.reshape(prompts, kv_heads, k * groups * length, dim), keys, values, attn_mask=mask, scale=scaling)
             out = out.view(prompts, kv_heads, k, groups, length, dim).permute(0, 2, 4, 1, 3, 5)
             return out.reshape(rows, length, heads, dim), None
 

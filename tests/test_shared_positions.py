@@ -1,5 +1,5 @@
 """The packed path's beams sharing their prompt positions (pmi_decode.shared_positions): the
-two-part attention equals attention over whole rows, the cache holds each prompt once, the tokens
+shared attention equals attention over whole rows, the cache holds each prompt once, the tokens
 stay the separate path's, and a model whose attention bypasses transformers' interface is run over
 whole rows or refused, never decoded wrong."""
 
@@ -55,11 +55,11 @@ def _case(prompts=2, k=3, kv_heads=2, groups=2, width=7, generated=4, dim=8, dty
 @pytest.mark.parametrize("groups", [1, 2])
 @pytest.mark.parametrize("k", [1, 3])
 @pytest.mark.parametrize("scaling", [None, 0.2])
-def test_two_part_attention_equals_attention_over_whole_rows(groups, k, scaling):
+def test_shared_attention_equals_attention_over_whole_rows(groups, k, scaling):
     shared, query, key, value, own_mask = _case(k=k, groups=groups)
 
     def never(*args, **kwargs):
-        raise AssertionError("the two-part attention handed the call on")
+        raise AssertionError("the shared attention handed the call on")
 
     out, weights = shared.attention(never)(_Layer(0), query, key, value, own_mask, scaling=scaling)
     keys, values, mask = shared.whole_rows(0, key, value, own_mask)
@@ -173,11 +173,18 @@ def test_greedy_search_has_one_row_per_prompt_and_nothing_to_share(monkeypatch):
 def test_families_share_the_prompt_where_their_attention_allows(family, monkeypatch):
     """Every decoder-only family whose attention goes through transformers' interface shares
     the prompt for the whole call; one that bypasses it (Falcon) has its first step run again over
-    whole rows, and then decodes as before sharing; the tokens are the separate path's either way."""
+    whole rows, and then decodes as before sharing; the tokens are the separate path's either way.
+    A family that transformers gives another attention than sdpa on this device (GPT-J on CUDA)
+    cannot take the packed path at all, and says so."""
     model, inputs = setup_family(family)
     monkeypatch.setattr(packed, "SHARED_ON", (model.device.type,))
     made, steps = _watch_shared(monkeypatch)
     options = dict(num_beams=4, **NEW)
+    if model.config._attn_implementation != "sdpa":
+        with pytest.raises(ValueError, match="the packed path cannot be used here: attention implementation"):
+            pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **options)
+        assert made == []
+        return
     got = pmi_generate(model, inputs, alpha=0.5, p=0.9, packed=True, **options)
     assert torch.equal(got, separate(model, inputs, 0.5, 0.9, **options))
     assert len(made) == 1
@@ -205,7 +212,7 @@ def test_a_later_step_that_bypasses_the_shared_attention_is_refused(monkeypatch)
 
 
 def test_a_first_step_that_fails_on_the_split_cache_runs_again_over_whole_rows(monkeypatch):
-    """A model whose attention raises on the shared prompt (here, the two-part attention made to)
+    """A model whose attention raises on the shared prompt (here, the shared attention made to)
     has its first step run again with the prompt copied back to every row: the separate path's
     tokens, and no shared positions for the rest of the call."""
     model, inputs = setup_generation("gpt2")
