@@ -69,6 +69,16 @@ def test_shared_attention_equals_attention_over_whole_rows(groups, k, scaling):
     assert shared.step_done() and not shared.step_done()  # the one layer served, then a new step
 
 
+@pytest.mark.parametrize("width,k,generated,groups", [(8, 2, 4, 1), (12, 1, 4, 3)])
+def test_shared_attention_where_its_mask_fills_whole_16_position_blocks(width, k, generated, groups):
+    """The step's mask is laid out with its last dimension padded to a multiple of 16: here it
+    needs none (prompt + rows x generated = 16)."""
+    shared, query, key, value, own_mask = _case(k=k, groups=groups, width=width, generated=generated)
+    out, _ = shared.attention(None)(_Layer(0), query, key, value, own_mask)
+    keys, values, mask = shared.whole_rows(0, key, value, own_mask)
+    torch.testing.assert_close(out, _whole_row_sdpa(query, keys, values, mask, None), rtol=1e-12, atol=1e-12)
+
+
 def test_whole_rows_repeat_each_prompt_to_its_rows():
     shared, query, key, value, own_mask = _case(k=3)
     keys, values, mask = shared.whole_rows(0, key, value, own_mask)
