@@ -12,18 +12,19 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # tiny_models.py puts the models there; matrix products run in full float32 (no TF32), and only
 # the modules that hold exactness tests are collected (the others import packages a GPU machine
 # may lack, and build CPU tensors by hand).
+#: the modules that hold exactness tests (tests/test_layout.py checks that every such module is here)
+EXACTNESS_MODULES = {
+    "test_processor.py", "test_generation.py", "test_generation_options.py", "test_exact_or_refused.py",
+    "test_adaptive.py", "test_conditional_end.py", "test_nucleus_projection.py", "test_own_length_prefill.py",
+    "test_normalize.py", "test_guards.py", "test_deferral.py", "test_paired_speed.py", "test_paired_sampling.py",
+    "test_packed_path.py", "test_final_choice.py", "test_step_graph.py", "test_model_families.py",
+    "test_shared_positions.py", "test_cross_attention_cache.py",
+}
 if os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu") != "cpu":
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    EXACTNESS_MODULES = {
-        "test_processor.py", "test_generation.py", "test_generation_options.py", "test_exact_or_refused.py",
-        "test_adaptive.py", "test_conditional_end.py", "test_nucleus_projection.py", "test_own_length_prefill.py",
-        "test_normalize.py", "test_guards.py", "test_deferral.py", "test_paired_speed.py", "test_paired_sampling.py",
-        "test_packed_path.py", "test_final_choice.py", "test_step_graph.py", "test_model_families.py",
-        "test_shared_positions.py", "test_cross_attention_cache.py",
-    }
     collect_ignore = [path.name for path in Path(__file__).parent.glob("test_*.py") if path.name not in EXACTNESS_MODULES]
 
 import pytest  # noqa: E402

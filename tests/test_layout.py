@@ -1,6 +1,7 @@
 """The layout rules of docs/layout.md, checked on the source: no import circle inside the package
 (imports inside functions count: they only hide a circle), no function with more than 12
-parameters, and scripts that import the installed package only."""
+parameters, scripts that import the installed package only; and every test module with exactness
+tests in the list a GPU run collects."""
 
 from __future__ import annotations
 
@@ -178,3 +179,31 @@ def test_the_public_api_names_only_public_things():
     for name in pmi_decode.__all__:
         assert not name.startswith("_"), name
         assert hasattr(pmi_decode, name), name
+
+
+def modules_with_exactness_tests(test_dir: Path) -> set[str]:
+    """The test modules in ``test_dir`` that mark a test ``pytest.mark.exactness`` (decorator or
+    ``pytestmark``): on a GPU only conftest's EXACTNESS_MODULES are collected, so one missing
+    there would have its exactness tests skipped there without a word."""
+    found = set()
+    for path in sorted(test_dir.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr == "exactness"
+                    and isinstance(node.value, ast.Attribute) and node.value.attr == "mark"):
+                found.add(path.name)
+                break
+    return found
+
+
+def test_the_exactness_check_sees_a_marked_module(tmp_path):
+    (tmp_path / "test_marked.py").write_text("import pytest\n\n\n@pytest.mark.exactness\ndef test_x():\n    pass\n")
+    (tmp_path / "test_module_marked.py").write_text("import pytest\npytestmark = pytest.mark.exactness\n")
+    (tmp_path / "test_unmarked.py").write_text("import pytest\n\n\n@pytest.mark.slow\ndef test_x():\n    pass\n")
+    assert modules_with_exactness_tests(tmp_path) == {"test_marked.py", "test_module_marked.py"}
+
+
+def test_every_module_with_exactness_tests_runs_on_a_gpu():
+    import conftest
+
+    missing = modules_with_exactness_tests(ROOT / "tests") - conftest.EXACTNESS_MODULES
+    assert not missing, f"add {sorted(missing)} to EXACTNESS_MODULES in tests/conftest.py"
