@@ -184,8 +184,8 @@ def test_families_share_the_prompt_where_their_attention_allows(family, monkeypa
     """Every decoder-only family whose attention goes through transformers' interface shares
     the prompt for the whole call; one that bypasses it (Falcon) has its first step run again over
     whole rows, and then decodes as before sharing; the tokens are the separate path's either way.
-    A family that transformers gives another attention than sdpa on this device (GPT-J on CUDA)
-    cannot take the packed path at all, and says so."""
+    A family that the installed transformers runs with another attention than sdpa (GPT-J ran
+    eager under transformers 5.17, sdpa under 5.24) cannot take the packed path at all, and says so."""
     model, inputs = setup_family(family)
     monkeypatch.setattr(packed, "SHARED_ON", (model.device.type,))
     made, steps = _watch_shared(monkeypatch)
