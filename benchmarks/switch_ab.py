@@ -39,7 +39,12 @@ before it (measured in the warm-up; ``*_memory_ratio`` against plain decoding).
     python benchmarks/switch_ab.py --switch shared-positions --model embedded --batch 4 --cpu-memory --output-dir DIR
 
 On the CPU, ``--cpu-memory`` adds the peak resident memory each call adds (the kernel's high-water
-mark, reset before the call), each of the three runs alone in a fresh process.
+mark, reset before the call), each of the three runs alone in a fresh process; it moves between
+runs with the C library's reuse of freed memory. ``--cpu-allocated`` adds the peak of the bytes
+PyTorch's CPU allocator holds during each call, over what it held before (``torch.profiler``'s memory
+events): the same number at every run, the tensors alone. A change of the library is measured by
+this script over each checkout's package (``PYTHONPATH``), plain decoding's number the check that
+the two runs compare.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from unittest import mock
@@ -102,6 +108,8 @@ def main(argv=None, switch: str | None = None) -> None:
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--cpu-memory", action="store_true",
                         help="on the CPU, also the peak resident memory each call adds, each run alone in a fresh process")
+    parser.add_argument("--cpu-allocated", action="store_true",
+                        help="on the CPU, also the peak of the bytes PyTorch's allocator holds during each call")
     parser.add_argument("--memory-of", choices=["plain", "on", "off"], help=argparse.SUPPRESS)  # a fresh process's run
     args = parser.parse_args(argv)
     on, off, options, off_patch, on_patch = SWITCHES[args.switch]
@@ -164,6 +172,10 @@ def main(argv=None, switch: str | None = None) -> None:
         peak = {name: _in_fresh_process(argv, which) for name, which in (("plain", "plain"), (on, "on"), (off, "off"))}
         result["peak_added_mb"] = peak
         result["meta"]["memory"] = "peak resident memory added by the call (VmHWM), each run alone in a fresh process"
+    if args.cpu_allocated and not cuda:
+        allocated = {name: _allocated_peak_mb(fn) for name, fn in runs.items()}
+        result["peak_allocated_mb"] = allocated
+        result.update({f"{name}_allocated_ratio": allocated[name] / max(allocated["plain"], 1e-9) for name in (on, off)})
     if cuda or args.cpu_memory:
         result.update({f"{on}_memory_ratio": peak[on] / max(peak["plain"], 1e-9),
                        f"{off}_memory_ratio": peak[off] / max(peak["plain"], 1e-9)})
@@ -196,6 +208,26 @@ def _resident_peak_added_mb(run) -> float:
         torch.manual_seed(0)
         run()
     return (_memory_status("VmHWM") - before) / 1024
+
+
+def _allocated_peak_mb(run) -> float:
+    """The peak of the bytes PyTorch's CPU allocator holds while ``run`` runs, over what it held
+    when the call began, in MiB, from ``torch.profiler``'s memory events (each carries the
+    allocator's running total)."""
+    gc.collect()
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                 profile_memory=True) as prof:
+        torch.manual_seed(0)
+        run()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = [e["args"] for e in json.loads(path.read_text())["traceEvents"]
+                  if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0]
+    if not events:
+        raise RuntimeError("torch.profiler recorded no CPU memory events: --cpu-allocated cannot measure here")
+    before = events[0]["Total Allocated"] - events[0]["Bytes"]
+    return (max(e["Total Allocated"] for e in events) - before) / 2**20
 
 
 def _in_fresh_process(argv, which: str) -> float:

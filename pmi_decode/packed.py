@@ -409,9 +409,13 @@ class PackedRows:
             torch.cat([torch.zeros_like(c_mask), u_mask], dim=-1),
         ], dim=1)
         shared_keys, shared_values = [], []
-        for layer, other in zip(cache.layers, u_cache.layers):  # a layer at a time: one layer's copy at most
+        # a layer at a time, each document-free layer released once joined: one layer's copy at most.
+        # Held whole to the end of the join, it sat beside the joined cache, the call's peak where
+        # decoding adds less than it (benchmarks/results/cpu_speed/prefill_release/)
+        for layer, other in zip(cache.layers, u_cache.layers):
             keys = torch.cat([layer.keys, other.keys], dim=-2)
             values = torch.cat([layer.values, other.values], dim=-2)
+            other.keys = other.values = None
             if share:  # the prompt once per prompt; each row's cache holds its generated positions only
                 shared_keys.append(keys)
                 shared_values.append(values)

@@ -9,6 +9,9 @@
 #    (SmolLM2-1.7B, bfloat16) beam 4: batch 1, 8 and 16 at ~570 prompt tokens, batch 8 at the 0.5k-
 #    and 1k-token documents (pass 11, first form: shared 1.57 / 1.15 / 1.01 / 1.21 / 0.93, per-row
 #    1.03 / 0.81 / 0.81 / 0.96 / 0.71).
+# The per-row column also measures the prefill releasing each document-free layer once joined
+# (after pass 11; ../cpu_speed/prefill_release/ works out about 1.19x plain's peak at the 0.5k row,
+# against 1.27x measured, if the join was that row's peak).
 # If every case then meets issue 27's 1.15x with the prompt shared and none is slower than per-row
 # beyond the repeats' spread, add "cuda" to pmi_decode.packed.SHARED_ON. If only the larger ones do
 # (a projection from the CPU's operator count puts batch 1 near 1.2x), the rule to write is by the
