@@ -122,6 +122,41 @@ def test_each_half_runs_only_its_own_columns(kind):
     assert all(bool((layer.keys.transpose(1, 2)[added] == 0).all()) for layer in cache.layers)
 
 
+def test_the_join_releases_each_document_free_layer_once_padded_in(monkeypatch):
+    """The halves' caches are joined a layer at a time, and each document-free layer is released
+    as soon as it is in: at most the layers not yet joined are held beside the joined cache."""
+    import weakref
+
+    import pmi_decode.generation as generation
+
+    tok, model = _model("llama")
+    joint = stack_inputs(model, _inputs(tok, model, "extra_padding"))
+    real_prefill, real_pad = generation.prefill, torch.nn.functional.pad
+    prefilled, alive_at_join = [], []
+
+    def recording_prefill(*args, **kwargs):
+        cache, logits = real_prefill(*args, **kwargs)
+        prefilled.append([weakref.ref(layer.keys) for layer in cache.layers])
+        return cache, logits
+
+    def watching_pad(tensor, *args, **kwargs):
+        if len(prefilled) == 2 and any(ref() is tensor for ref in prefilled[1]):  # a document-free layer's keys
+            alive_at_join.append(sum(ref() is not None for ref in prefilled[1]))
+        return real_pad(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(generation, "prefill", recording_prefill)
+    monkeypatch.setattr(torch.nn.functional, "pad", watching_pad)
+    cache = paired_prompt_cache(model, joint, 4)
+    monkeypatch.undo()
+    layers = model.config.num_hidden_layers
+    assert layers > 1 and len(prefilled) == 2
+    assert alive_at_join == list(range(layers, 0, -1))
+    reference = prompt_cache(model, joint, 4)
+    real = joint["attention_mask"][:, :-1].bool().repeat_interleave(4, dim=0)
+    for ours, theirs in zip(cache.layers, reference.layers):
+        torch.testing.assert_close(ours.values.transpose(1, 2)[real], theirs.values.transpose(1, 2)[real])
+
+
 def test_greedy_search_gets_the_own_length_prefill_too():
     tok, model = _model("llama")
     inputs = _inputs(tok, model, "build_inputs")
