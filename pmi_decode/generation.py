@@ -219,8 +219,10 @@ def paired_prompt_cache(model, joint: dict, expand: int):
     if not all(plain_cache(cache) for cache, _ in caches) or len({len(c.layers) for c, _ in caches}) != 1:
         return prompt_cache(model, joint, expand)  # the model built another cache than its config says
     joined = caches[0][0]
-    for index, layer in enumerate(joined.layers):  # a layer at a time, each document-free layer released once
-        keys, values = [], []                      # joined, so one layer's copy at most beside the joined cache
+    # a layer at a time, each document-free layer released once joined: one layer's copy at most
+    # beside the joined cache (as the packed path's prefill, pmi_decode.packed)
+    for index, layer in enumerate(joined.layers):
+        keys, values = [], []
         for cache, missing in caches:
             part = cache.layers[index]
             keys.append(torch.nn.functional.pad(part.keys, (0, 0, missing, 0)))

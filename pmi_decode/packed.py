@@ -203,8 +203,8 @@ def contiguous_update(cache) -> None:
 BUFFERED_ON: tuple[str, ...] = ("cpu",)
 #: Device types on which the rows of one prompt (beams, returned sequences) share its positions in
 #: the packed path's cache (:mod:`pmi_decode.shared_positions`; ``share_prompt=False`` turns it off
-#: for a call). The CPU: measured ``benchmarks/results/cpu_speed/shared_positions/``. CUDA: not yet,
-#: measured on an H100 in its first form (``benchmarks/results/gpu/pass11/``): 0.3x to 0.46x plain's
+#: for a call). The CPU: measured ``benchmarks/results/cpu_speed/shared_positions/``. CUDA: off; its
+#: first form, measured on an H100 (``benchmarks/results/gpu/pass11/``), held 0.3x to 0.46x plain's
 #: peak memory against 1.07x to 1.45x per row, but 0.2 to 0.54 of plain's time slower, the host
 #: dispatching its chain of small operators in every layer. Where memory runs out first, add
 #: ``"cuda"`` here; the fused form since (one attention call a layer) is for the next GPU run to time.
