@@ -44,12 +44,16 @@ runs with the C library's reuse of freed memory. ``--cpu-allocated`` adds the pe
 PyTorch's CPU allocator holds during each call, over what it held before (``torch.profiler``'s memory
 events): the same number at every run, the tensors alone. A change of the library is measured by
 this script over each checkout's package (``PYTHONPATH``), plain decoding's number the check that
-the two runs compare.
+the two runs compare. ``--defaults-of cuda`` runs the CPU with the choices the library makes
+for CUDA (which speed-ups are on: :data:`DEVICE_CHOICES`), so that ``--cpu-allocated`` measures
+the peak memory of a GPU's path on the CPU: the tensors a call holds are the same on either device,
+save the attention kernels' own workspace.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import statistics
@@ -66,6 +70,8 @@ import pmi_decode.cross_attention_cache
 import pmi_decode.defaults
 import pmi_decode.generation
 import pmi_decode.packed
+import pmi_decode.paired
+import pmi_decode.scores
 import pmi_decode.step_graph
 from pmi_decode import pmi_generate
 from pmi_decode.experiments.benchmarking import random_dialogue_inputs, random_weight_model
@@ -92,6 +98,23 @@ SWITCHES = {
                      (pmi_decode.defaults, "FINAL_CHOICE", "pmi"), None),
 }
 
+#: The library's choices by device type: each attribute lists the device types a speed-up is on
+#: for. ``--defaults-of`` gives the run's device those of another. (``step_graph.GRAPHED_ON`` is
+#: not among them: a CUDA graph runs on CUDA alone.)
+DEVICE_CHOICES = ((pmi_decode.packed, "BUFFERED_ON"), (pmi_decode.packed, "SHARED_ON"),
+                  (pmi_decode.cross_attention_cache, "HELD_ONCE_ON"), (pmi_decode.paired, "READ_AT_ONCE_ON"),
+                  (pmi_decode.scores, "STAGED_ON"))
+
+
+def defaults_of(device_type: str, run_on: str) -> contextlib.ExitStack:
+    """Patches that make :data:`DEVICE_CHOICES` choose for ``run_on`` (a device type) what they
+    choose for ``device_type``; the switch under test is patched on top of them."""
+    stack = contextlib.ExitStack()
+    for module, attribute in DEVICE_CHOICES:
+        chosen = (run_on,) if device_type in getattr(module, attribute) else ()
+        stack.enter_context(mock.patch.object(module, attribute, chosen))
+    return stack
+
 
 def main(argv=None, switch: str | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,7 +125,8 @@ def main(argv=None, switch: str | None = None) -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--beams", type=int, default=4, help="1: greedy search")
     parser.add_argument("--new-tokens", type=int, default=40)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed runs of each; 0 with --cpu-allocated: the memory alone (one run of each)")
     parser.add_argument("--doc-tokens", type=int, default=None,
                         help="the longest row's document length in tokens (default: Topical-Chat's mean)")
     parser.add_argument("--output-dir", required=True)
@@ -110,8 +134,19 @@ def main(argv=None, switch: str | None = None) -> None:
                         help="on the CPU, also the peak resident memory each call adds, each run alone in a fresh process")
     parser.add_argument("--cpu-allocated", action="store_true",
                         help="on the CPU, also the peak of the bytes PyTorch's allocator holds during each call")
+    parser.add_argument("--defaults-of", metavar="DEVICE_TYPE",
+                        help="run with the speed-ups the library turns on for this device type (e.g. cuda on a CPU)")
     parser.add_argument("--memory-of", choices=["plain", "on", "off"], help=argparse.SUPPRESS)  # a fresh process's run
     args = parser.parse_args(argv)
+    if args.repeats < 1 and not (args.cpu_allocated and not args.device.startswith("cuda")):
+        parser.error("--repeats must be 1 or more, unless --cpu-allocated measures the memory alone on the CPU")
+    if args.defaults_of is None:
+        return _main(args, argv)
+    with defaults_of(args.defaults_of, torch.device(args.device).type):
+        return _main(args, argv)
+
+
+def _main(args, argv) -> None:
     on, off, options, off_patch, on_patch = SWITCHES[args.switch]
     model = random_weight_model(args.model, args.device, dtype=args.dtype)
     inputs = random_dialogue_inputs(model, "topicalchat", args.batch, args.device, doc_tokens=args.doc_tokens)
@@ -138,9 +173,9 @@ def main(argv=None, switch: str | None = None) -> None:
             torch.cuda.synchronize()
 
     times = {name: [] for name in runs}
-    outputs, peak = {}, {}
+    outputs, peak = {}, {name: None for name in runs}
     with torch.no_grad():
-        for name, fn in runs.items():  # the warm-up: tokens, and on CUDA the peak memory the call adds
+        for name, fn in runs.items() if args.repeats else ():  # the warm-up: tokens, and on CUDA the peak memory the call adds
             torch.manual_seed(0)
             sync()
             if cuda:
@@ -158,13 +193,19 @@ def main(argv=None, switch: str | None = None) -> None:
                 sync()
                 times[name].append(time.perf_counter() - start)
             print(f"repeat {repeat + 1}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()), flush=True)
-    median = {name: statistics.median(v) for name, v in times.items()}
+    median = {name: statistics.median(v) for name, v in times.items() if v}
+    if args.cpu_allocated and not cuda:
+        allocated = {}
+        for name, fn in runs.items():
+            allocated[name], outputs[name] = _allocated_peak_mb(fn)
     result = {
         "meta": {"args": vars(args), "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "prompt_tokens": int(inputs["conditional"]["input_ids"].shape[1]),
+                 "device_choices": {f"{m.__name__}.{a}": list(getattr(m, a)) for m, a in DEVICE_CHOICES},
                  "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None},
         "wall_s": median, "all_wall_s": times,
-        f"{on}_ratio": median[on] / median["plain"], f"{off}_ratio": median[off] / median["plain"],
+        **({f"{on}_ratio": median[on] / median["plain"], f"{off}_ratio": median[off] / median["plain"]}
+           if median else {}),
         "same_tokens": bool(torch.equal(outputs[on], outputs[off])),
         "peak_added_mb": peak,
     }
@@ -173,7 +214,6 @@ def main(argv=None, switch: str | None = None) -> None:
         result["peak_added_mb"] = peak
         result["meta"]["memory"] = "peak resident memory added by the call (VmHWM), each run alone in a fresh process"
     if args.cpu_allocated and not cuda:
-        allocated = {name: _allocated_peak_mb(fn) for name, fn in runs.items()}
         result["peak_allocated_mb"] = allocated
         result.update({f"{name}_allocated_ratio": allocated[name] / max(allocated["plain"], 1e-9) for name in (on, off)})
     if cuda or args.cpu_memory:
@@ -184,6 +224,8 @@ def main(argv=None, switch: str | None = None) -> None:
     name = f"{args.switch}_{args.model}_{args.dtype}_b{args.batch}_beam{args.beams}"
     if args.doc_tokens is not None:
         name += f"_doc{args.doc_tokens}"
+    if args.defaults_of is not None:
+        name += f"_as_{args.defaults_of}"
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k not in ("meta", "all_wall_s")}, indent=1))
 
@@ -210,15 +252,15 @@ def _resident_peak_added_mb(run) -> float:
     return (_memory_status("VmHWM") - before) / 1024
 
 
-def _allocated_peak_mb(run) -> float:
+def _allocated_peak_mb(run) -> tuple[float, torch.Tensor]:
     """The peak of the bytes PyTorch's CPU allocator holds while ``run`` runs, over what it held
     when the call began, in MiB, from ``torch.profiler``'s memory events (each carries the
-    allocator's running total)."""
+    allocator's running total); and ``run``'s output."""
     gc.collect()
     with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                                  profile_memory=True) as prof:
         torch.manual_seed(0)
-        run()
+        output = run()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "trace.json"
         prof.export_chrome_trace(str(path))
@@ -227,7 +269,7 @@ def _allocated_peak_mb(run) -> float:
     if not events:
         raise RuntimeError("torch.profiler recorded no CPU memory events: --cpu-allocated cannot measure here")
     before = events[0]["Total Allocated"] - events[0]["Bytes"]
-    return (max(e["Total Allocated"] for e in events) - before) / 2**20
+    return (max(e["Total Allocated"] for e in events) - before) / 2**20, output
 
 
 def _in_fresh_process(argv, which: str) -> float:
