@@ -59,7 +59,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from unittest import mock
@@ -136,10 +135,14 @@ def main(argv=None, switch: str | None = None) -> None:
                         help="on the CPU, also the peak of the bytes PyTorch's allocator holds during each call")
     parser.add_argument("--defaults-of", metavar="DEVICE_TYPE",
                         help="run with the speed-ups the library turns on for this device type (e.g. cuda on a CPU)")
+    parser.add_argument("--only", nargs="+", choices=["plain", "on", "off"],
+                        help="with --repeats 0: measure these runs alone (the others' memory is another run's)")
     parser.add_argument("--memory-of", choices=["plain", "on", "off"], help=argparse.SUPPRESS)  # a fresh process's run
     args = parser.parse_args(argv)
     if args.repeats < 1 and not (args.cpu_allocated and not args.device.startswith("cuda")):
         parser.error("--repeats must be 1 or more, unless --cpu-allocated measures the memory alone on the CPU")
+    if args.only and (args.repeats or args.cpu_memory):
+        parser.error("--only needs --repeats 0 and --cpu-allocated alone: a timed comparison runs all three")
     if args.defaults_of is None:
         return _main(args, argv)
     with defaults_of(args.defaults_of, torch.device(args.device).type):
@@ -161,6 +164,8 @@ def _main(args, argv) -> None:
     runs = {"plain": lambda: model.generate(**inputs["conditional"], **kwargs),
             on: lambda: switched(on_patch),
             off: lambda: switched(off_patch)}
+    if args.only:
+        runs = {name: fn for (name, fn), which in zip(runs.items(), ("plain", "on", "off")) if which in args.only}
 
     cuda = args.device.startswith("cuda")
     if args.memory_of:
@@ -206,7 +211,7 @@ def _main(args, argv) -> None:
         "wall_s": median, "all_wall_s": times,
         **({f"{on}_ratio": median[on] / median["plain"], f"{off}_ratio": median[off] / median["plain"]}
            if median else {}),
-        "same_tokens": bool(torch.equal(outputs[on], outputs[off])),
+        "same_tokens": bool(torch.equal(outputs[on], outputs[off])) if on in outputs and off in outputs else None,
         "peak_added_mb": peak,
     }
     if args.cpu_memory and not cuda:
@@ -215,7 +220,8 @@ def _main(args, argv) -> None:
         result["meta"]["memory"] = "peak resident memory added by the call (VmHWM), each run alone in a fresh process"
     if args.cpu_allocated and not cuda:
         result["peak_allocated_mb"] = allocated
-        result.update({f"{name}_allocated_ratio": allocated[name] / max(allocated["plain"], 1e-9) for name in (on, off)})
+        result.update({f"{name}_allocated_ratio": allocated[name] / max(allocated["plain"], 1e-9)
+                       for name in (on, off) if name in allocated and "plain" in allocated})
     if cuda or args.cpu_memory:
         result.update({f"{on}_memory_ratio": peak[on] / max(peak["plain"], 1e-9),
                        f"{off}_memory_ratio": peak[off] / max(peak["plain"], 1e-9)})
@@ -226,6 +232,8 @@ def _main(args, argv) -> None:
         name += f"_doc{args.doc_tokens}"
     if args.defaults_of is not None:
         name += f"_as_{args.defaults_of}"
+    if args.only:
+        name += "_only_" + "_".join(args.only)
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k not in ("meta", "all_wall_s")}, indent=1))
 
@@ -254,22 +262,24 @@ def _resident_peak_added_mb(run) -> float:
 
 def _allocated_peak_mb(run) -> tuple[float, torch.Tensor]:
     """The peak of the bytes PyTorch's CPU allocator holds while ``run`` runs, over what it held
-    when the call began, in MiB, from ``torch.profiler``'s memory events (each carries the
-    allocator's running total); and ``run``'s output."""
+    when the call began, in MiB: the running sum of ``torch.profiler``'s memory events (each an
+    allocation or a release, in bytes), read from the profiler's own records (a Chrome trace of a
+    long call runs to gigabytes); and ``run``'s output."""
     gc.collect()
     with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                                  profile_memory=True) as prof:
         torch.manual_seed(0)
         output = run()
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = [e["args"] for e in json.loads(path.read_text())["traceEvents"]
-                  if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0]
+    events = sorted(((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU),
+                    key=lambda event: event[0])
     if not events:
         raise RuntimeError("torch.profiler recorded no CPU memory events: --cpu-allocated cannot measure here")
-    before = events[0]["Total Allocated"] - events[0]["Bytes"]
-    return (max(e["Total Allocated"] for e in events) - before) / 2**20, output
+    held = peak = 0
+    for _, change in events:
+        held += change
+        peak = max(peak, held)
+    return peak / 2**20, output
 
 
 def _in_fresh_process(argv, which: str) -> float:
