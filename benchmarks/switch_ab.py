@@ -45,7 +45,7 @@ PyTorch's CPU allocator holds during each call, over what it held before (``torc
 events): the same number at every run, the tensors alone. A change of the library is measured by
 this script over each checkout's package (``PYTHONPATH``), plain decoding's number the check that
 the two runs compare. ``--defaults-of cuda`` runs the CPU with the choices the library makes
-for CUDA (which speed-ups are on: :data:`DEVICE_CHOICES`), so that ``--cpu-allocated`` measures
+for CUDA (which speed-ups are on: ``pmi_decode.device_choices``), so that ``--cpu-allocated`` measures
 the peak memory of a GPU's path on the CPU: the tensors a call holds are the same on either device,
 save the attention kernels' own workspace.
 """
@@ -69,10 +69,9 @@ import pmi_decode.cross_attention_cache
 import pmi_decode.defaults
 import pmi_decode.generation
 import pmi_decode.packed
-import pmi_decode.paired
-import pmi_decode.scores
 import pmi_decode.step_graph
 from pmi_decode import pmi_generate
+from pmi_decode.device_choices import BY_DEVICE, on_for
 from pmi_decode.experiments.benchmarking import random_dialogue_inputs, random_weight_model
 
 # switch: (name with it on, name with it off, pmi_generate's options, (module, attribute, value when off),
@@ -97,21 +96,16 @@ SWITCHES = {
                      (pmi_decode.defaults, "FINAL_CHOICE", "pmi"), None),
 }
 
-#: The library's choices by device type: each attribute lists the device types a speed-up is on
-#: for. ``--defaults-of`` gives the run's device those of another. (``step_graph.GRAPHED_ON`` is
-#: not among them: a CUDA graph runs on CUDA alone.)
-DEVICE_CHOICES = ((pmi_decode.packed, "BUFFERED_ON"), (pmi_decode.packed, "SHARED_ON"),
-                  (pmi_decode.cross_attention_cache, "HELD_ONCE_ON"), (pmi_decode.paired, "READ_AT_ONCE_ON"),
-                  (pmi_decode.scores, "STAGED_ON"))
-
-
 def defaults_of(device_type: str, run_on: str) -> contextlib.ExitStack:
-    """Patches that make :data:`DEVICE_CHOICES` choose for ``run_on`` (a device type) what they
-    choose for ``device_type``; the switch under test is patched on top of them."""
+    """Patches that make the library's speed-ups by device type (``pmi_decode.device_choices``)
+    choose for ``run_on`` (a device type) what they choose for ``device_type``; the switch under
+    test is patched on top of them. The step's CUDA graph stays as ``run_on`` has it: it records
+    on CUDA alone."""
     stack = contextlib.ExitStack()
-    for module, attribute in DEVICE_CHOICES:
-        chosen = (run_on,) if device_type in getattr(module, attribute) else ()
-        stack.enter_context(mock.patch.object(module, attribute, chosen))
+    for name, (module, attribute) in BY_DEVICE.items():
+        if name != "step_graph":
+            chosen = (run_on,) if device_type in getattr(module, attribute) else ()
+            stack.enter_context(mock.patch.object(module, attribute, chosen))
     return stack
 
 
@@ -206,7 +200,7 @@ def _main(args, argv) -> None:
     result = {
         "meta": {"args": vars(args), "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "prompt_tokens": int(inputs["conditional"]["input_ids"].shape[1]),
-                 "device_choices": {f"{m.__name__}.{a}": list(getattr(m, a)) for m, a in DEVICE_CHOICES},
+                 "device_choices": on_for(torch.device(args.device).type),
                  "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None},
         "wall_s": median, "all_wall_s": times,
         **({f"{on}_ratio": median[on] / median["plain"], f"{off}_ratio": median[off] / median["plain"]}

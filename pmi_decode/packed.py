@@ -199,8 +199,8 @@ def contiguous_update(cache) -> None:
 #: Device types on which the packed path's cache writes each step into buffers that grow in chunks
 #: (:func:`buffered_update`) instead of ``torch.cat``-ing the whole cache at every step
 #: (:func:`contiguous_update`). The CPU: measured faster there (``benchmarks/results/cpu_speed/buffered_cache/``).
-#: CUDA: off; on an H100 at the 0.5k-token row no faster (0.86x plain against 0.82x) and the same
-#: peak (``benchmarks/results/gpu/pass11/``), a peak then set by the prefill, not by decoding.
+#: CUDA: off; on an H100 at the 0.5k-token row neither faster nor smaller
+#: (``benchmarks/results/gpu/pass11/``), whose peak the prefill set then, not decoding.
 BUFFERED_ON: tuple[str, ...] = ("cpu",)
 #: Device types on which the rows of one prompt (beams, returned sequences) share its positions in
 #: the packed path's cache (:mod:`pmi_decode.shared_positions`; ``share_prompt=False`` turns it off

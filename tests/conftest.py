@@ -45,38 +45,22 @@ def _paper_score_defaults(request, monkeypatch):
         monkeypatch.setattr(pmi_decode.defaults, "FINAL_CHOICE", "pmi")
 
 
-@pytest.fixture(autouse=True)
-def _recorded_steps(monkeypatch):
-    """``PMI_DECODE_TEST_STEP_GRAPH=1``: every test runs with the paired and packed steps recorded
-    as graphs on the test device (pmi_decode.step_graph; real CUDA graphs under
-    ``PMI_DECODE_TEST_DEVICE=cuda``), so the whole exactness suite checks the recorded step:
-        PMI_DECODE_TEST_STEP_GRAPH=1 PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness"""
-    if os.environ.get("PMI_DECODE_TEST_STEP_GRAPH") == "1":
-        import pmi_decode.step_graph
-
-        monkeypatch.setattr(pmi_decode.step_graph, "GRAPHED_ON", (os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu"),))
-
-
-#: speed-ups that are on only for some device types: the switch that turns each on for the test
-#: device as well, so the exactness suite checks it where it is not on by default (a GPU, for now):
-#:     PMI_DECODE_TEST_SHARED_POSITIONS=1 PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness
-DEVICE_SWITCHES = {
-    # the packed path's cache buffered (pmi_decode.packed.buffered_update)
-    "PMI_DECODE_TEST_BUFFERED_CACHE": ("pmi_decode.packed", "BUFFERED_ON"),
-    # the packed path's beams sharing their prompt positions (pmi_decode.shared_positions)
-    "PMI_DECODE_TEST_SHARED_POSITIONS": ("pmi_decode.packed", "SHARED_ON"),
-    # encoder-decoder beam search holding the cross-attention once per prompt (pmi_decode.cross_attention_cache)
-    "PMI_DECODE_TEST_CROSS_ATTENTION_ONCE": ("pmi_decode.cross_attention_cache", "HELD_ONCE_ON"),
-}
+def device_switch(name: str) -> str:
+    """The environment variable that turns a speed-up of ``pmi_decode.device_choices.BY_DEVICE``
+    on for the test device as well, so the exactness suite checks it where it is not on by default:
+        PMI_DECODE_TEST_SHARED_POSITIONS=1 PMI_DECODE_TEST_DEVICE=cuda pytest -m exactness
+    (``PMI_DECODE_TEST_STEP_GRAPH=1`` records every paired and packed step's scoring as a graph: a
+    stand-in recorder on the CPU, real CUDA graphs on a GPU.)"""
+    return f"PMI_DECODE_TEST_{name.upper()}"
 
 
 @pytest.fixture(autouse=True)
 def _device_switches(monkeypatch):
-    """Each of :data:`DEVICE_SWITCHES` set to 1 in the environment adds the test device to its list."""
-    import importlib
+    """Each speed-up whose :func:`device_switch` is set to 1 in the environment gets the test
+    device added to its device types."""
+    from pmi_decode.device_choices import BY_DEVICE
 
     device = os.environ.get("PMI_DECODE_TEST_DEVICE", "cpu").split(":")[0]
-    for variable, (module_name, attribute) in DEVICE_SWITCHES.items():
-        if os.environ.get(variable) == "1":
-            module = importlib.import_module(module_name)
+    for name, (module, attribute) in BY_DEVICE.items():
+        if os.environ.get(device_switch(name)) == "1":
             monkeypatch.setattr(module, attribute, (*getattr(module, attribute), device))

@@ -207,3 +207,38 @@ def test_every_module_with_exactness_tests_runs_on_a_gpu():
 
     missing = modules_with_exactness_tests(ROOT / "tests") - conftest.EXACTNESS_MODULES
     assert not missing, f"add {sorted(missing)} to EXACTNESS_MODULES in tests/conftest.py"
+
+
+def device_type_tuples(package: Path = PACKAGE) -> set[tuple[str, str]]:
+    """(module, attribute) of every module-level public ``*_ON`` tuple of strings in ``package``:
+    the device types a speed-up is on for, which ``pmi_decode.device_choices`` must list."""
+    found = set()
+    for name, path in _modules(package).items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(
+                node, "target", None) if isinstance(node, ast.AnnAssign) else None
+            if (isinstance(target, ast.Name) and target.id.endswith("_ON") and not target.id.startswith("_")
+                    and isinstance(node.value, ast.Tuple)
+                    and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)):
+                found.add((name, target.id))
+    return found
+
+
+def test_the_device_type_check_sees_plain_and_annotated_tuples(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text('FAST_ON = ("cpu",)\nSLOW_ON: tuple[str, ...] = ()\n_PRIVATE_ON = ("x",)\n'
+                                  'NUMBERS_ON = (1, 2)\nOTHER = ("cpu",)\n')
+    assert device_type_tuples(package) == {("pkg.a", "FAST_ON"), ("pkg.a", "SLOW_ON")}
+
+
+def test_every_device_choice_is_in_the_one_table():
+    from pmi_decode.device_choices import BY_DEVICE
+
+    listed = {(module.__name__, attribute) for module, attribute in BY_DEVICE.values()}
+    missing = device_type_tuples() - listed
+    assert not missing, f"list {sorted(missing)} in pmi_decode/device_choices.py's BY_DEVICE"
+    for module, attribute in BY_DEVICE.values():
+        value = getattr(module, attribute)
+        assert isinstance(value, tuple) and all(isinstance(v, str) for v in value), (module.__name__, attribute)
