@@ -242,3 +242,13 @@ def test_every_device_choice_is_in_the_one_table():
     for module, attribute in BY_DEVICE.values():
         value = getattr(module, attribute)
         assert isinstance(value, tuple) and all(isinstance(v, str) for v in value), (module.__name__, attribute)
+
+
+def test_every_device_switch_is_documented_for_the_test_suite():
+    import conftest
+    from pmi_decode.device_choices import BY_DEVICE
+
+    text = (ROOT / "docs" / "testing.md").read_text()
+    assert conftest.device_switch("shared_positions") == "PMI_DECODE_TEST_SHARED_POSITIONS"
+    missing = [conftest.device_switch(name) for name in BY_DEVICE if conftest.device_switch(name) not in text]
+    assert not missing, f"docs/testing.md does not name {missing}"
