@@ -215,8 +215,12 @@ def device_type_tuples(package: Path = PACKAGE) -> set[tuple[str, str]]:
     found = set()
     for name, path in _modules(package).items():
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(
-                node, "target", None) if isinstance(node, ast.AnnAssign) else None
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+            elif isinstance(node, ast.AnnAssign):
+                target = node.target
+            else:
+                continue
             if (isinstance(target, ast.Name) and target.id.endswith("_ON") and not target.id.startswith("_")
                     and isinstance(node.value, ast.Tuple)
                     and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)):
