@@ -96,6 +96,7 @@ SWITCHES = {
                      (pmi_decode.defaults, "FINAL_CHOICE", "pmi"), None),
 }
 
+
 def defaults_of(device_type: str, run_on: str) -> contextlib.ExitStack:
     """Patches that make the library's speed-ups by device type (``pmi_decode.device_choices``)
     choose for ``run_on`` (a device type) what they choose for ``device_type``; the switch under
@@ -137,6 +138,11 @@ def main(argv=None, switch: str | None = None) -> None:
         parser.error("--repeats must be 1 or more, unless --cpu-allocated measures the memory alone on the CPU")
     if args.only and (args.repeats or args.cpu_memory):
         parser.error("--only needs --repeats 0 and --cpu-allocated alone: a timed comparison runs all three")
+    if args.defaults_of is not None:
+        try:
+            args.defaults_of = torch.device(args.defaults_of).type
+        except RuntimeError:
+            parser.error(f"--defaults-of {args.defaults_of!r} is not a device type torch knows (e.g. cpu, cuda)")
     if args.defaults_of is None:
         return _main(args, argv)
     with defaults_of(args.defaults_of, torch.device(args.device).type):
