@@ -98,9 +98,10 @@ class DocumentFreeBranch:
         if bad.numel():
             i = int(bad[0, 0])
             raise ValueError(
-                f"unconditional_inputs rows {i} and {i + 1} differ, but generate gives them the same prompt: "
-                "with num_beams or num_return_sequences, pass one unconditional row per prompt given to "
-                "generate (before expansion), e.g. build_inputs(...)['unconditional']"
+                f"unconditional_inputs rows {i} and {i + 1} differ, but generate gives them the same prompt: pass "
+                "one unconditional row per prompt given to generate, in its order and before num_beams or "
+                "num_return_sequences copies it (e.g. build_inputs(...)['unconditional']); two dialogues whose "
+                "prompts with the document are the same must have the same prompt without it"
             )
 
     def parents(self, input_ids: torch.LongTensor) -> torch.LongTensor | None:

@@ -35,6 +35,7 @@ from .model_calls import cache_keyword, config_has_plain_layers, model_device, p
 from .packed import PackedRows, packed_path_blocker
 from .paired_sampling import paired_sampling_loop
 from .processor import PMIDecode
+from .prompt_checks import checked_pair
 from .validation import validate_pmi_cap
 
 logger = logging.getLogger(__name__)
@@ -135,26 +136,6 @@ OPTIONS = {
     "_from_model_config": ("neither", "joint"),
     "_commit_hash": ("neither", "joint"),
 }
-
-
-def _unpack(inputs) -> tuple[dict, dict]:
-    if not hasattr(inputs, "keys") or "conditional" not in inputs or "unconditional" not in inputs:
-        raise ValueError(
-            "inputs must be what build_inputs returns, or a dict with 'conditional' and 'unconditional' entries"
-        )
-    pair = []
-    for name in ("conditional", "unconditional"):
-        part = inputs[name]
-        if not hasattr(part, "keys") or "input_ids" not in part or "attention_mask" not in part:
-            raise ValueError(f"inputs['{name}'] must hold 'input_ids' and 'attention_mask'")
-        pair.append({"input_ids": part["input_ids"], "attention_mask": part["attention_mask"]})
-    cond, uncond = pair
-    if cond["input_ids"].shape[0] != uncond["input_ids"].shape[0]:
-        raise ValueError(
-            f"inputs['conditional'] has {cond['input_ids'].shape[0]} rows but inputs['unconditional'] has "
-            f"{uncond['input_ids'].shape[0]}: they must describe the same dialogues"
-        )
-    return cond, uncond
 
 
 def prompt_cache(model, inputs: dict, expand: int):
@@ -348,11 +329,7 @@ class _Plan:
 
     def _refuse(self, model, cond: dict, uncond: dict) -> None:
         """What neither path can run exactly: the message names the option and the fix."""
-        device = model_device(model)
-        for name, part in (("conditional", cond), ("unconditional", uncond)):
-            if part["input_ids"].device != device or part["attention_mask"].device != device:
-                raise ValueError(f"inputs['{name}'] are on {part['input_ids'].device}, but the model is on {device}: "
-                                 "build them with build_inputs(..., model=model), or move them with .to(model.device)")
+        # the prompts themselves (device, shape, padding) are checked by prompt_checks.checked_pair
         if self.config.use_cache is False:
             raise ValueError("use_cache=False is not supported: PMIDecode follows generate's KV cache from step to "
                              "step (and the tokens do not depend on it); drop use_cache=False")
@@ -459,7 +436,7 @@ def _merged_defaults(model, config: GenerationConfig):
 def paired_path_blocker(model, inputs, **generate_kwargs) -> str | None:
     """Why ``pmi_generate(model, inputs, **generate_kwargs)`` cannot use the paired path (None if
     it can): the options are merged as generate merges them, model defaults included."""
-    cond, uncond = _unpack(inputs)
+    cond, uncond = checked_pair(inputs, model)
     return _Plan(model, cond, uncond, generate_kwargs).blocker
 
 
@@ -534,11 +511,17 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     options = dict(alpha=alpha, p=p, paired=paired, share_prompt=share_prompt, normalize=normalize,
                    conditional_end=conditional_end, plausibility=plausibility, pmi_cap=pmi_cap, packed=packed)
     if final_choice == "model" and alpha != 0.0:  # with alpha 0 beam search already ranks by the model
-        cond, uncond = _unpack(inputs)
+        cond, uncond = checked_pair(inputs, model)
         config = _Plan(model, cond, uncond, generate_kwargs).config
         beams = int(config.num_beams or 1)
         if beams > 1:  # every finished hypothesis back, scored as they were searched, then the model's pick
-            recorder = HypothesisScores(beams, end_id_list(config.eos_token_id))
+            _refuse_stopping_criteria(config, generate_kwargs)
+            # the scores are log-probs unless a processor before PMIDecode changes them (as plain beam
+            # search, the recorder then sums the changed scores, which may weigh more than probability 1)
+            changed = bool(generate_kwargs.get("logits_processor")) or any(
+                effect == "scores" and where == "conditional" and not _neutral(name, getattr(config, name, None))
+                for name, (effect, where) in OPTIONS.items())
+            recorder = HypothesisScores(beams, end_id_list(config.eos_token_id), log_probs=not changed)
             processors = [*(generate_kwargs.get("logits_processor") or []), recorder]
             output = _pmi_generate(model, inputs, **options, **dict(generate_kwargs, num_return_sequences=beams,
                                                                      logits_processor=processors))
@@ -548,14 +531,32 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     return _pmi_generate(model, inputs, **options, **generate_kwargs)
 
 
+def _refuse_stopping_criteria(config: GenerationConfig, generate_kwargs: dict) -> None:
+    """final_choice='model' finds each finished hypothesis's score by its end token or the length
+    limit; one that stop strings or a stopping criterion end takes a last token whose score the
+    recorder does not keep (it keeps the end tokens' only), so such a call is refused up front."""
+    given = [name for name in ("stop_strings", "stopping_criteria")
+             if generate_kwargs.get(name) or (name == "stop_strings" and config.stop_strings)]
+    if given:
+        raise ValueError(f"final_choice='model' (beam search's default) cannot be used with {' and '.join(given)}: it "
+                         "ranks the finished hypotheses by the scores of their tokens up to an end token or the "
+                         "length limit, and a hypothesis those end has a last token it does not record; pass "
+                         "final_choice='pmi' (beam search's own ranking) with them, or end responses with "
+                         "eos_token_id")
+
+
 def _pmi_generate(model, inputs, *, alpha, p, paired, share_prompt, normalize, conditional_end, plausibility,
                   pmi_cap, packed, **generate_kwargs):
     """:func:`pmi_generate` with its options resolved, beam search's own ranking kept."""
     if packed is not None and not isinstance(packed, bool):
         raise ValueError(f"packed must be True, False or None (where the call can take it), got {packed!r}")
+    if paired is not None and not isinstance(paired, bool):
+        raise ValueError(f"paired must be True, False or None (where it is exact), got {paired!r}")
+    if not isinstance(share_prompt, bool):
+        raise ValueError(f"share_prompt must be True or False, got {share_prompt!r}")
     if packed and paired is not None:
         raise ValueError("packed=True is a path of its own: leave paired unset with it")
-    cond, uncond = _unpack(inputs)
+    cond, uncond = checked_pair(inputs, model)
     kwargs = dict(generate_kwargs)
     user_processors = kwargs.get("logits_processor")
     plan = _Plan(model, cond, uncond, kwargs)

@@ -15,7 +15,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 __all__ = ["sdpa_replaced", "model_device", "accepts_keyword", "cache_keyword", "returned_cache", "prefill", "padding_id",
-           "left_padded", "plain_cache", "config_has_plain_layers"]
+           "left_padded", "right_padded", "plain_cache", "config_has_plain_layers"]
 
 
 def model_device(model) -> torch.device:
@@ -82,10 +82,20 @@ def padding_id(model) -> int:
 def left_padded(ids: torch.LongTensor, mask: torch.Tensor, pad_id: int) -> tuple[torch.LongTensor, torch.Tensor]:
     """The same rows with every kept token moved to the right end (decoder-only models read the
     next-token logits at the last position, so right padding would put a pad token there)."""
+    return _repadded(ids, mask, pad_id, left=True)
+
+
+def right_padded(ids: torch.LongTensor, mask: torch.Tensor, pad_id: int) -> tuple[torch.LongTensor, torch.Tensor]:
+    """The same rows with every kept token moved to the left end (an encoder with learned
+    absolute positions, BART's, counts them from the first column, padding or not)."""
+    return _repadded(ids, mask, pad_id, left=False)
+
+
+def _repadded(ids, mask, pad_id: int, *, left: bool):
     keep = mask.bool()
-    lengths = keep.sum(-1)
+    lengths = keep.sum(-1, keepdim=True)
     positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-    target = positions >= (ids.shape[1] - lengths).unsqueeze(-1)
+    target = positions >= ids.shape[1] - lengths if left else positions < lengths
     new_ids = torch.full_like(ids, pad_id)
     new_ids[target] = ids[keep]
     return new_ids, target.to(mask.dtype)

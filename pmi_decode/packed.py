@@ -36,9 +36,10 @@ import weakref
 import torch
 
 from .forward_watch import branch_forward
-from .model_calls import (accepts_keyword, cache_keyword, config_has_plain_layers, left_padded, padding_id,
+from .model_calls import (accepts_keyword, cache_keyword, config_has_plain_layers, padding_id,
                           plain_cache, prefill, returned_cache, sdpa_replaced)
 from .paired import StepChecks
+from .prompt_checks import checked_prompts
 from .shared_positions import NOT_SERVED, SharedPositions
 
 __all__ = ["PackedRows", "packed_path_blocker", "ATTENTION_WITH_CUSTOM_MASKS", "grouped_query_step",
@@ -316,10 +317,8 @@ class PackedRows:
     def __init__(self, model, cond: dict, uncond: dict, expand: int, share: bool = True):
         self.model = model
         self.cond_ids = cond["input_ids"]
-        ids, mask = uncond["input_ids"], uncond["attention_mask"]
-        if not bool(mask[:, -1].all()):
-            ids, mask = left_padded(ids, mask, padding_id(model))
-        self.uncond_ids, self.uncond_mask = ids, mask
+        uncond = checked_prompts(uncond, "the document-free prompts", model, document_free=True)  # left-padded
+        self.uncond_ids, self.uncond_mask = uncond["input_ids"], uncond["attention_mask"]
         self.expand = int(expand)
         self.share = bool(share)
         self.shared: SharedPositions | None = None  # the prompt positions, once per prompt, where shared

@@ -15,7 +15,8 @@ import weakref
 import torch
 
 from .forward_watch import ForwardLog
-from .model_calls import left_padded, padding_id
+from .model_calls import padding_id
+from .prompt_checks import checked_pair
 from .step_graph import StepGraph, graphed
 
 __all__ = ["stack_inputs", "conditional_half", "StackedBatch", "StepChecks", "STACK_FIX", "CHECK_EVERY"]
@@ -32,33 +33,12 @@ def stack_inputs(model, inputs, pad_token_id: int | None = None) -> dict:
     """One batch for paired mode: the conditional rows, then the unconditional rows, each part
     keeping its own padding, widened on the padding side (left for decoder-only models) to the
     wider of the two. ``inputs`` is what :func:`~pmi_decode.build_inputs` returns."""
-    if not hasattr(inputs, "keys") or "conditional" not in inputs or "unconditional" not in inputs:
-        raise ValueError(
-            "inputs must be what build_inputs returns, or a dict with 'conditional' and 'unconditional' entries"
-        )
-    parts = []
-    for name in ("conditional", "unconditional"):
-        part = inputs[name]
-        if not hasattr(part, "keys") or "input_ids" not in part or "attention_mask" not in part:
-            raise ValueError(f"inputs['{name}'] must hold 'input_ids' and 'attention_mask'")
-        ids, mask = part["input_ids"], part["attention_mask"]
-        if not torch.is_tensor(ids) or not torch.is_tensor(mask) or ids.dim() != 2 or ids.shape != mask.shape:
-            raise ValueError(f"inputs['{name}']['input_ids'] and ['attention_mask'] must be 2-D tensors of one shape")
-        parts.append({"input_ids": ids, "attention_mask": mask})
-    cond, uncond = parts
-    if cond["input_ids"].shape[0] != uncond["input_ids"].shape[0]:
-        raise ValueError(
-            f"inputs['conditional'] has {cond['input_ids'].shape[0]} rows but inputs['unconditional'] has "
-            f"{uncond['input_ids'].shape[0]}: they must describe the same dialogues"
-        )
+    cond, uncond = checked_pair(inputs, model)
     pad_id = padding_id(model) if pad_token_id is None else int(pad_token_id)
     left = not model.config.is_encoder_decoder
     width = max(cond["input_ids"].shape[1], uncond["input_ids"].shape[1])
 
     def widen(part: dict) -> dict:
-        if left and not bool(part["attention_mask"][:, -1].all()):
-            ids, mask = left_padded(part["input_ids"], part["attention_mask"], pad_id)
-            part = {"input_ids": ids, "attention_mask": mask}
         extra = width - part["input_ids"].shape[1]
         if extra == 0:
             return part

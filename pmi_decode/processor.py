@@ -33,11 +33,10 @@ from .adaptive import AdaptiveAlpha, resolve_alpha
 from .document_free import DocumentFreeBranch
 from .forward_watch import ForwardLog, hook_forward
 from .forward_watch import _IdleHook  # noqa: F401  (models pickled before the split name it here)
-from .model_calls import cache_keyword as _cache_keyword, left_padded as _left_padded
-from .model_calls import model_device as _model_device, padding_id as _padding_id
-from .model_calls import prefill as _prefill, returned_cache as _returned_cache
+from .model_calls import cache_keyword as _cache_keyword, prefill as _prefill, returned_cache as _returned_cache
 from .paired import STACK_FIX as _STACK_FIX, StackedBatch as _StackedBatch
 from .paired import conditional_half as _conditional_half, stack_inputs as _stack_inputs
+from .prompt_checks import checked_prompts
 from .scores import conditional_end_scores as _conditional_end_scores, nucleus_mask as _nucleus_mask
 from .scores import plausible_mask as _plausible_mask, pmi_scores as _pmi_scores
 from .scores import pmi_candidates as _pmi_candidates, single_candidate_scores as _single_candidate_scores
@@ -344,24 +343,7 @@ class PMIDecode(LogitsProcessor):
 
     @staticmethod
     def _check_unconditional(inputs, model) -> dict:
-        if not hasattr(inputs, "keys") or "input_ids" not in inputs or "attention_mask" not in inputs:
-            raise ValueError("unconditional_inputs must be a dict with 'input_ids' and 'attention_mask'")
-        ids, mask = inputs["input_ids"], inputs["attention_mask"]
-        if not torch.is_tensor(ids) or not torch.is_tensor(mask) or ids.dim() != 2 or ids.shape != mask.shape:
-            raise ValueError(
-                "unconditional_inputs['input_ids'] and ['attention_mask'] must be 2-D tensors of the same shape"
-            )
-        device = _model_device(model)
-        if ids.device != device or mask.device != device:
-            raise ValueError(
-                f"unconditional_inputs are on {ids.device}, but the model is on {device}: move them with "
-                "{k: v.to(model.device) for k, v in unconditional_inputs.items()}"
-            )
-        if bool((mask.sum(-1) == 0).any()):
-            raise ValueError("unconditional_inputs has a row with no tokens (attention_mask all zero)")
-        if not model.config.is_encoder_decoder and not bool(mask[:, -1].all()):
-            ids, mask = _left_padded(ids, mask, _padding_id(model))
-        return {"input_ids": ids, "attention_mask": mask}
+        return checked_prompts(inputs, "unconditional_inputs", model, document_free=True)
 
     def _unconditional_log_probs(self, input_ids: torch.LongTensor, dtype,
                                  nucleus_of: torch.Tensor | None = None, may_defer: bool = False) -> torch.Tensor | None:

@@ -103,9 +103,6 @@ def test_the_processor_module_exports_only_the_processor():
     assert set(processor.MOVED) == set(MOVED) - {"_IdleHook"}
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         processor.no_such_name
-    from pmi_decode.model_calls import model_device
-
-    assert processor._model_device is model_device
 
 
 def test_a_model_pickled_before_the_split_still_loads():
