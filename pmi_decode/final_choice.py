@@ -58,11 +58,18 @@ class HypothesisScores(LogitsProcessor):
     Args:
         beams: rows per prompt (``num_beams``).
         end_ids: the end token ids.
+        log_probs: the scores handed over are log-probabilities (no processor before this one
+            changes them), so a row whose scores weigh more than probability 1 is refused: raw
+            logits, from a transformers release that does not hand beam search's processors
+            log-probs, would rank the hypotheses wrongly. ``False`` where a processor (a repetition
+            penalty, a sequence bias, the caller's own) changes them: plain beam search then sums
+            the changed scores, and so does this record.
     """
 
-    def __init__(self, beams: int, end_ids: list[int]):
+    def __init__(self, beams: int, end_ids: list[int], log_probs: bool = True):
         self.beams = int(beams)
         self.end_ids = list(end_ids)
+        self.log_probs = bool(log_probs)
         self.start = None
         self.steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.last = None  # the previous call's (ids, sums, scores)
@@ -78,6 +85,8 @@ class HypothesisScores(LogitsProcessor):
             raise ValueError(f"HypothesisScores: {rows} rows are not {self.beams} beams per prompt")
         if self.start is None:
             self.start = input_ids.shape[1]
+            # an end id past the vocabulary (a config listing one) is never generated, as in plain decoding
+            self.end_ids = [i for i in self.end_ids if i < scores.shape[-1]]
             sums = torch.zeros(rows, dtype=torch.float32, device=scores.device)
             # made once: a host list indexing a device tensor is copied from pageable host memory at
             # every step, which makes the host wait for the device
@@ -96,7 +105,8 @@ class HypothesisScores(LogitsProcessor):
             sums = prev_sums[parents] + prev_scores[parents, input_ids[:, -1]].float()
         # generate hands beam search's processors log-probs; raw logits (a release that did not) would
         # sum to a wrong ranking, so a row whose scores exceed probability 1 is remembered and refused
-        self.mass.append(scores.float().exp().sum(dim=-1))
+        if self.log_probs:
+            self.mass.append(scores.float().exp().sum(dim=-1))
         ends = scores[:, self._on_device[0]].float() if self.end_ids else scores.new_zeros(rows, 0).float()
         self.steps.append((input_ids[:, self.start:].clone(), sums, ends))
         self.last = (input_ids, sums, scores.clone())  # a later processor may write into scores
@@ -105,7 +115,7 @@ class HypothesisScores(LogitsProcessor):
     def _lost(self) -> bool:
         """A row without a parent at some step, or a step's scores of more than probability 1."""
         orphan = bool(self.parented) and not bool(torch.cat([p.reshape(-1) for p in self.parented]).all())
-        return orphan or bool((torch.cat(self.mass) > math.exp(1e-3)).any())
+        return orphan or (bool(self.mass) and bool((torch.cat(self.mass) > math.exp(1e-3)).any()))
 
     def totals(self, sequences: torch.LongTensor, prompt_width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Each returned sequence's summed score and length (up to and including its first end
@@ -114,8 +124,8 @@ class HypothesisScores(LogitsProcessor):
             raise ValueError("HypothesisScores saw no decoding step")
         if self._lost():
             raise ValueError("HypothesisScores: a hypothesis did not extend one of its prompt's previous rows, or "
-                             "the scores handed to it were not log-probabilities, so the hypotheses cannot be "
-                             "ranked by the model; pass final_choice='pmi'")
+                             "the scores handed to it were not log-probabilities (raw logits), so the hypotheses "
+                             "cannot be ranked by the model; pass final_choice='pmi'")
         generated = sequences[:, prompt_width:]
         total = torch.empty(sequences.shape[0], dtype=torch.float64)
         length = torch.empty(sequences.shape[0], dtype=torch.float64)

@@ -175,6 +175,50 @@ def test_refusals():
             steps(seqs[:next_rows, :next_width], log_probs[:next_rows])
 
 
+class _AddConstant:
+    """A caller's processor that adds one number to every score: the scores then weigh more than
+    probability 1, but every hypothesis's sum over its length moves by the same amount."""
+
+    def __call__(self, input_ids, scores):
+        return scores + 0.75
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_processors_that_change_the_scores_are_summed_as_plain_beam_search_sums_them(kind):
+    model, inputs = setup(kind)
+    mode = dict(num_beams=3, length_penalty=1.0, **NEW)
+    plain = pmi_generate(model, inputs, alpha=0.7, p=0.9, final_choice="model", **mode)
+    shifted = pmi_generate(model, inputs, alpha=0.7, p=0.9, final_choice="model", logits_processor=[_AddConstant()],
+                           **mode)
+    assert torch.equal(shifted, plain)
+    # a repetition penalty below 1 raises log-probs towards 0: summed, not refused as raw logits
+    pmi_generate(model, inputs, alpha=0.7, p=0.9, final_choice="model", repetition_penalty=0.5, **mode)
+
+
+def test_stop_strings_and_stopping_criteria_are_refused_up_front():
+    from transformers import StoppingCriteriaList, MaxLengthCriteria
+
+    model, inputs = setup("llama")
+    tokenizer = tiny_tokenizer("llama")
+    with pytest.raises(ValueError, match="cannot be used with stop_strings.*final_choice='pmi'"):
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, num_beams=2, stop_strings=["e"], tokenizer=tokenizer,
+                     final_choice="model", **NEW)
+    criteria = StoppingCriteriaList([MaxLengthCriteria(max_length=200)])
+    with pytest.raises(ValueError, match="cannot be used with stopping_criteria"):
+        pmi_generate(model, inputs, alpha=0.5, p=0.9, num_beams=2, stopping_criteria=criteria, final_choice="model",
+                     **NEW)
+    pmi_generate(model, inputs, alpha=0.5, p=0.9, num_beams=2, stop_strings=["e"], tokenizer=tokenizer,
+                 final_choice="pmi", **NEW)
+
+
+def test_an_end_id_past_the_vocabulary_is_never_generated():
+    model, inputs = setup("llama")
+    ends = [2, model.config.vocab_size + 50]  # as plain generate: an id no token can take
+    got = pmi_generate(model, inputs, alpha=0.7, p=0.9, num_beams=3, eos_token_id=ends, final_choice="model", **NEW)
+    assert torch.equal(got, pmi_generate(model, inputs, alpha=0.7, p=0.9, num_beams=3, eos_token_id=2,
+                                         final_choice="model", **NEW))
+
+
 @pytest.mark.real_defaults
 def test_config_defaults_and_settings():
     assert DecodeConfig().final_choice == "pmi"  # the library's records path: the paper's score
