@@ -228,15 +228,15 @@ def encode_response(
 
     Seq2seq: the tokenizer's target ids (with its special tokens). Decoder-only: the text that
     follows the prompt (a leading space after ``response_prefix``, or the chat template's
-    assistant turn), then EOS when ``add_eos``.
+    assistant turn; none for an empty response), then EOS when ``add_eos``.
     """
     response = _check_text(response, "response")
     if is_encoder_decoder:
         return list(tokenizer(text_target=response)["input_ids"])
     if chat_template:
         ids = _ids(tokenizer, response)
-    else:
-        ids = _ids(tokenizer, " " + response)
+    else:  # an empty response is no text, not the separating space alone
+        ids = _ids(tokenizer, " " + response) if response.strip() else []
     if add_eos and tokenizer.eos_token_id is not None:
         ids = ids + [tokenizer.eos_token_id]
     return ids

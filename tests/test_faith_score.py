@@ -145,6 +145,9 @@ def test_faith_score_end_to_end_on_a_tiny_model():
         assert row["faith_score"] == pytest.approx(FaithModel.load(spec()).probability(row))
     with pytest.raises(FileNotFoundError, match="no packaged FaithScore coefficients"):
         FaithScore("org/unknown-model")  # fails before any model is loaded
+    for coefficients in ("embedded", dict(spec(), scorer_model="embedded")):  # fitted for another scorer
+        with pytest.raises(ValueError, match="fitted with scorer 'embedded', not 'embedded-gemma'"):
+            FaithScore("embedded-gemma", coefficients=coefficients)  # refused before any model is loaded
 
 
 def test_fact_features_reach_the_score_and_the_encoder_loads_only_when_needed():

@@ -115,6 +115,22 @@ def test_include_eos_scores_one_more_token():
     assert with_eos[0]["cpmi_sum"] == pytest.approx(cpmi, abs=1e-9)
 
 
+def test_an_empty_response_is_the_end_token_alone_or_refused():
+    model, tokenizer = tiny_model("llama"), tiny_tokenizer("llama")
+    for empty in ("", "   "):  # not the separating space scored as if it were the response
+        row = PMIFaith(model, tokenizer, include_eos=True).score(DOCS[:1], HISTS[:1], [empty], return_tokens=True)[0]
+        assert row["num_tokens"] == 1 and row["tokens"] == [tokenizer.eos_token]
+        with pytest.raises(ValueError, match="item 0: response .* has no tokens to score"):
+            PMIFaith(model, tokenizer).score(DOCS[:1], HISTS[:1], [empty])
+
+
+def test_a_response_longer_than_the_decoders_positions_is_refused():
+    model, tokenizer = tiny_model("bart"), tiny_tokenizer("bart")
+    limit = model.config.max_position_embeddings
+    with pytest.raises(ValueError, match=f"item 0: the response has .* more than the decoder's {limit} positions"):
+        PMIFaith(model, tokenizer).score(DOCS[:1], HISTS[:1], [" ".join(["tower"] * 2 * limit)])
+
+
 def test_bloom_float32_padding_matches_single():
     model, tokenizer = tiny_model("bloom", dtype=torch.float32), tiny_tokenizer("bloom")
     batched = PMIFaith(model, tokenizer, batch_size=8).score(DOCS, HISTS, RESPONSES)

@@ -175,8 +175,10 @@ class FaithScore:
         # The coefficients first: a missing file fails before a model is loaded.
         self.model = FaithModel.load(coefficients if coefficients is not None else str(scorer_model).replace("/", "_"))
         fitted_for = self.model.spec["scorer_model"]
-        if coefficients is None and scorer_model != fitted_for:
-            raise ValueError(f"the coefficients were fitted with scorer {fitted_for!r}, not {scorer_model!r}")
+        if not loaded and scorer_model != fitted_for:  # a loaded scorer has no name to compare: the caller's word
+            raise ValueError(f"the coefficients were fitted with scorer {fitted_for!r}, not {scorer_model!r}: a "
+                             "response's PMI values depend on the scorer, so pass the scorer they were fitted with, "
+                             "or fit coefficients for this one (eval/studies/fit_faith_score.py)")
         if loaded:
             self.pmi = scorer_model
         else:

@@ -218,6 +218,10 @@ class PMIFaith:
         if not response_ids:
             raise ValueError(f"response {response!r} has no tokens to score")
         budget = self.max_length
+        positions = getattr(self.model.config, "max_position_embeddings", None)  # learned decoder positions (BART)
+        if self.is_encoder_decoder and isinstance(positions, int) and len(response_ids) > positions:
+            raise ValueError(f"the response has {len(response_ids)} tokens, more than the decoder's "
+                             f"{positions} positions; it is never cut, so score a shorter response")
         if budget is not None and not self.is_encoder_decoder:
             budget -= len(response_ids)
             if budget < 1:
