@@ -44,6 +44,12 @@ def test_answer_match_and_recall():
     assert answer_recall("x", []) is None
     with pytest.raises(ValueError, match="list of strings"):
         answer_match("x", "911")
+    # a decimal point is part of the number: a response that moves it does not match
+    assert answer_match("The trail is 35 km long.", ["3.5 km"]) == 0.0
+    assert answer_match("A ticket costs $75.0.", ["$7.50"]) == 0.0
+    assert answer_match("The trail is 3.5 km long.", ["3.5 km"]) == 1.0
+    assert answer_match("A ticket costs $7.50.", ["$7.50"]) == 1.0
+    assert answer_match("About 1,000 people came.", ["1000 people"]) == 1.0  # a thousands comma is not a point
 
 
 def test_recited_share_counts_words_past_the_answering_sentence():
@@ -127,6 +133,12 @@ POOL_QUESTION = "Is the pool open on Sundays?"
     # no answer before the hedge: a preamble, or facts that answer nothing
     ("Sorry, I'm not able to answer that from the leisure centre's leaflet.", True),
     ("The leaflet describes the sauna and the gym, but it doesn't mention the lanes.", True),
+    # "unknown" and "unclear" say of what comes before them that it is not told
+    ("Yes, it opens at 10 am on Sundays; the architect is unknown.", False),
+    ("The pool, whose architect is unclear, opens at 10 am on Sundays.", False),
+    ("Yes, it opens at 10 am on Sundays. Who designed it is unknown.", False),
+    ("Whether it opens on Sundays is unclear.", True),
+    ("It opens at 10 am on weekdays, but Sunday opening is unknown.", True),
 ])
 def test_a_hedge_about_a_side_detail_after_an_answer(response, expected):
     """Given the question, the hedge must be about it to make the response an abstention; without
@@ -584,6 +596,9 @@ def test_answers_intact_needs_the_answer_and_no_wrong_fact_and_abstention_is_spl
                                         answerable=[False])[0]
     assert unanswerable["answers_intact"] is None and unanswerable["abstains_answerable"] is None
     assert unanswerable["asserts_unanswerable"] == 0.0
+    silent = correctness_measures([LIBRARY] * 3, [["Is there a cafe?"]] * 3, ["", "  ", "."], answerable=[False] * 3)
+    assert [r["asserts_unanswerable"] for r in silent] == [0.0] * 3  # saying nothing asserts nothing
+    assert [r["abstains"] for r in silent] == [0.0] * 3
     # answerable without references: abstention is counted, answer measures are undefined
     known = correctness_measures([LIBRARY], [["q"]], ["I don't know."], answerable=[True])[0]
     assert known["abstains_answerable"] == 1.0 and known["answers_intact"] is None
@@ -751,3 +766,29 @@ GYM = ("FitFoundry charges £32 a month for off-peak membership. Head coach Dani
 def test_names_beside_their_roles_and_numbers_in_words(response, wrong):
     found = wrong_facts(GYM, ["Tell me about the gym."], response)
     assert bool(found) == wrong, found
+
+
+HOURS = ("The library is open from 9 am to 8 pm on weekdays and from 10 am to 4 pm on Saturdays. Members can "
+         "borrow up to 12 books for 3 weeks. The pool is 25 metres long. Doors open at 7:00 pm and the talk "
+         "starts at 7:45 pm.")
+
+
+@pytest.mark.parametrize("response, reason", [
+    # a range's other end stands between a time and what it is said of, in either word order
+    ("It opens at 9 am on weekdays.", None),
+    ("It opens at 10 am on Saturdays.", None),
+    ("On Saturdays it opens at 10 am.", None),
+    ("It opens at 10 am on weekdays.", "counted noun"),
+    # a clock time on the hour is its hour; other minutes are a time of their own
+    ("It opens at 9:00 am.", None),
+    ("Doors open at 7 pm.", None),
+    ("The talk starts at 7 pm.", "said of something else"),
+    ("The talk starts at 7:45 pm.", None),
+    # another measure of the same kind after the document's number
+    ("You can borrow 12 books for 3 months.", "counted noun"),
+    ("You can borrow 12 books for 3 weeks.", None),
+    ("The pool is 25 feet long.", "counted noun"),
+])
+def test_times_ranges_and_measures_are_read_as_the_document_states_them(response, reason):
+    wrong = wrong_facts(HOURS, ["Can you tell me about it?"], response)
+    assert [u["reason"] for u in wrong][:1] == ([reason] if reason else []), wrong

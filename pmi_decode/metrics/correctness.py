@@ -205,15 +205,24 @@ def _check_answers(answers) -> list[str]:
     return [a for a in answers if normalize_answer(a)]
 
 
+_DECIMAL_POINT = re.compile(r"(?<=\d)\.(?=\d)")
+
+
+def _answer_words(text: str) -> list[str]:
+    """SQuAD's normalisation (lower case, no punctuation, no articles), except that a decimal
+    point stays a word of its own: removed, "3.5 km" would read as "35 km" and "$7.50" as "$750"."""
+    return normalize_answer(_DECIMAL_POINT.sub(" point ", text)).split()
+
+
 def answer_match(response: str, answers: Sequence[str]) -> float | None:
-    """1.0 when some reference answer, SQuAD-normalised (lower case, no punctuation, no articles),
-    occurs as a run of whole words in the normalised response; 0.0 when none does; ``None``
-    without reference answers (an unanswerable question has none)."""
+    """1.0 when some reference answer, SQuAD-normalised (lower case, no punctuation, no articles;
+    decimal points kept), occurs as a run of whole words in the normalised response; 0.0 when none
+    does; ``None`` without reference answers (an unanswerable question has none)."""
     answers = _check_answers(answers)
     if not answers:
         return None
-    text = normalize_answer(response).split()
-    return float(any(_contains(text, normalize_answer(a).split()) for a in answers))
+    text = _answer_words(response)
+    return float(any(_contains(text, _answer_words(a)) for a in answers))
 
 
 def answer_recall(response: str, answers: Sequence[str]) -> float | None:
@@ -222,10 +231,10 @@ def answer_recall(response: str, answers: Sequence[str]) -> float | None:
     answers = _check_answers(answers)
     if not answers:
         return None
-    have = set(normalize_answer(response).split())
+    have = set(_answer_words(response))
     best = 0.0
     for answer in answers:
-        answer_words = normalize_answer(answer).split()
+        answer_words = _answer_words(answer)
         best = max(best, sum(w in have for w in answer_words) / len(answer_words))
     return best
 
@@ -376,7 +385,8 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
     answer_before = before[:breaks[-1].start()] if breaks else ""
     rest = sentence[hit.end():]
     told_text, answer_after = _split_told(rest)
-    if _PASSIVE.match(hit.group(0)):  # "Water damage isn't mentioned either way": what is not told comes first
+    # "Water damage isn't mentioned either way", "the architect is unknown": what is not told comes first
+    if _PASSIVE.match(hit.group(0)) or _UNKNOWN.fullmatch(hit.group(0)):
         told_text = f"{_CLAUSE_BREAK.split(sentence[:hit.start()])[-1]} {told_text}"
     inside = _NONE_GIVEN.match(hit.group(0))
     if inside:  # "No in-person option is listed"
@@ -406,6 +416,7 @@ def _side_detail(earlier: str, sentence: str, hit, asked: frozenset) -> bool:
 
 
 _BRACKETS = re.compile(r"\([^()]*\)")
+_UNKNOWN = re.compile(r"unknown|unclear|not known|not clear", re.IGNORECASE)
 _NONE_GIVEN = re.compile(r"no\s+(.*?)\s+(?:is\s+|are\s+|was\s+|were\s+)?(?:\w+|(?:set|spelled|spelt)\s+out)$",
                          re.IGNORECASE)
 
@@ -464,8 +475,8 @@ def correctness_measures(documents: Sequence[str], histories: Sequence[Sequence[
 
     ``answers``: per row, the reference answers (``None`` or ``[]`` where there are none);
     ``answerable``: per row, whether the document holds an answer (``None``: unknown). Where a
-    row is known to be unanswerable, ``asserts_unanswerable`` is 1.0 unless the response abstains;
-    elsewhere it is ``None``. Where a row is known to be answerable (``answerable`` true, or
+    row is known to be unanswerable, ``asserts_unanswerable`` is 1.0 unless the response abstains
+    or says nothing (no word); elsewhere it is ``None``. Where a row is known to be answerable (``answerable`` true, or
     reference answers given), ``abstains_answerable`` is 1.0 when the response abstains;
     elsewhere ``None``. ``answers_intact`` is 1.0 where ``answer_match`` is and the response
     holds no wrong number or name (``None`` without references). Wrong facts need no reference (see
@@ -493,7 +504,8 @@ def correctness_measures(documents: Sequence[str], histories: Sequence[Sequence[
             "answer_recall": answer_recall(response, refs),
             "answers_intact": None if match is None else float(match == 1.0 and not wrong),
             "abstains": float(abstained),
-            "asserts_unanswerable": (0.0 if abstained else 1.0) if can is False else None,
+            # a response without a word (empty, or punctuation alone) asserts nothing
+            "asserts_unanswerable": (0.0 if abstained or not words(response) else 1.0) if can is False else None,
             "abstains_answerable": float(abstained) if answerable_row else None,
             "wrong_facts": float(len(wrong)),
             "wrong_numbers": float(sum(u["numeric"] for u in wrong)),

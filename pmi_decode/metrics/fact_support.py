@@ -164,7 +164,7 @@ def fact_units(response: str, nlp, *, drop_vague: bool = False, clock_times: boo
         if clock_times and _CLOCK_TIME.match(token.text):  # "7:00" outside every entity: a time all the same
             units.append({"text": token.text, "start": token.idx, "end": token.idx + len(token.text),
                           "label": "TIME", "numeric": True,
-                          "keys": [("#" + number_value(n),) for n in _NUMBER_IN_TOKEN.findall(token.text)]})
+                          "keys": [(key,) for key in _number_keys(token.text)]})
         elif (token.pos_ == "PROPN" or is_number) and not _is_bare_one(token):
             keys = _key_forms(token, False)
             if keys is not None:
@@ -242,8 +242,6 @@ _COMPOUND_NUMBER = re.compile(r"\b(" + "|".join(_TENS) + r")[- ](one|two|three|f
 _COMPOUND_ORDINAL = re.compile(r"\b(" + "|".join(_TENS) + r")[- ](first|second|third|fourth|fifth|sixth|seventh|eighth|"
                                r"ninth)\b", re.IGNORECASE)
 _NUMBER_IN_TOKEN = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
-
-
 _SMALL = {w: int(v) for w, v in _NUMBER_WORDS.items() if int(v) < 20}
 _UNIT = r"(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|" \
         r"sixteen|seventeen|eighteen|nineteen|\d+)"
@@ -306,9 +304,20 @@ def _scaled(number: str, scale: str) -> str:
     return str(int(whole + fraction.ljust(digits, "0")[:digits]) if len(fraction) <= digits else number)
 
 
+def _number_keys(text: str) -> list[str]:
+    """The number forms of a token: each number's value; a clock time ("7:45") its time as one
+    value, so that it offers no bare hour (7:45 pm is not 7 pm), "7:00" the hour alone."""
+    if _CLOCK_TIME.match(text):
+        hour, minutes = text.split(":")
+        return ["#" + (hour.lstrip("0") or "0") + ("" if minutes == "00" else ":" + minutes)]
+    return ["#" + number_value(n) for n in _NUMBER_IN_TOKEN.findall(text)]
+
+
 def _token_forms(token) -> frozenset:
     if token.text in _SIGN_WORDS:
         return frozenset({token.text, *_SIGN_WORDS[token.text]})
+    if _CLOCK_TIME.match(token.text):
+        return frozenset({token.text, *_number_keys(token.text)})
     forms = _forms(token)
     # a decimal or thousands-separated number stays whole ("12.50" offers no 12), words split ("six-week")
     for part in re.findall(r"\d+(?:[.,]\d+)*|[^\W\d_]+|\d+|_+", token.text.lower()):
@@ -374,7 +383,7 @@ def _unit_keys(unit: dict, tokens) -> list[tuple]:
     "10 am", "1320 square kilometres" = "1,320 km²"); another unit its key words, with sign
     words ("dollars" also matches "$")."""
     if unit["numeric"]:
-        values = [("#" + number_value(n),) for t in tokens for n in _NUMBER_IN_TOKEN.findall(t.text)]
+        values = [(key,) for t in tokens for key in _number_keys(t.text)]
         values += [("#" + number_value(t.text),) for t in tokens if not any(ch.isdigit() for ch in t.text)
                    and number_value(t.text) is not None]
         if values:  # and the days and months that name it ("10 am to *Wednesday*", "19 *April*")
@@ -477,6 +486,11 @@ _WORKED_OUT_CUES = re.compile(r"\b(?:in total|total(?:s|ling|led)?|altogether|al
                               re.IGNORECASE)
 
 
+def _amount(form: str) -> bool:
+    """A number form that is an amount (not a clock time, "#7:45")."""
+    return form.startswith("#") and ":" not in form
+
+
 def _worked_out(unit: dict, response: str, doc_sentences, history: Sequence[str]) -> bool:
     """Whether number ``unit``, which no source states, is one step of arithmetic from them: the sum
     or difference of two document values, a document value times a count the question gives, or a
@@ -485,12 +499,12 @@ def _worked_out(unit: dict, response: str, doc_sentences, history: Sequence[str]
     a document's twenty values cover most small prices, so a wrong "£16.40" would pass by chance. An
     earlier rule that accepted sums of the response's own numbers cleared nonsense ("15 * 10 = 150
     dollars"); this one takes its terms from the sources only."""
-    value = next((float(f[1:]) for key in unit["keys"] for f in key if f.startswith("#")), None)
+    value = next((float(f[1:]) for key in unit["keys"] for f in key if _amount(f)), None)
     start, end = sentence_around(response, unit["start"], unit["end"])
     if value is None or value < 100 or not _WORKED_OUT_CUES.search(response[start:end]):
         return False
     stated = sorted({float(f[1:]) for sentence in doc_sentences for forms in sentence if forms is not _BREAK
-                     for f in forms if f.startswith("#")})
+                     for f in forms if _amount(f)})
     counts = {float(n) for turn in history[-1:] for n in re.findall(r"\b\d+\b", _compound_numbers(turn))
               if 1 < float(n) <= 100}
 
@@ -554,6 +568,8 @@ def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> s
                   if _noun_follows(doc_sentences[s], noun, hi) or _ends_its_clause(doc_sentences[s], hi)]
         if not places:
             return "counted noun"
+    elif noun is not None and all(_other_measure_follows(doc_sentences[s], noun, hi) for s, (_, hi) in places):
+        return "counted noun"  # "for 3 months" where the document says "for 3 weeks" at every 3
     if units[k]["label"] == "ORDINAL":
         return None  # "the first train": an ordinal word pairs with nothing
     mates = _clause_units(parsed, spans, k)
@@ -601,9 +617,34 @@ def _ends_its_clause(sentence: tuple, hi: int) -> bool:
     return hi + 1 >= len(sentence) or sentence[hi + 1] is _BREAK
 
 
+# measures whose nouns a number takes in place of one another: "3 weeks" and "3 months" differ
+_MEASURES = tuple(frozenset(words.split()) for words in (
+    "second seconds minute minutes hour hours day days week weeks fortnight fortnights month months year years "
+    "decade decades century centuries",
+    "millimetre millimetres millimeter millimeters mm centimetre centimetres centimeter centimeters cm metre metres "
+    "meter meters km kilometre kilometres kilometer kilometers mile miles foot feet ft inch inches yard yards",
+    "gram grams kg kilogram kilograms pound pounds lb lbs ounce ounces oz tonne tonnes ton tons",
+    "millilitre millilitres milliliter milliliters ml litre litres liter liters gallon gallons pint pints",
+))
+
+
+def _other_measure_follows(sentence: tuple, noun: tuple, hi: int) -> bool:
+    """Whether the document's number at ``hi`` is followed (within ``_NOUN_REACH``) by a noun of
+    the same measure as ``noun`` but not ``noun`` itself."""
+    measure = next((m for m in _MEASURES if m & set(noun)), None)
+    if measure is None:
+        return False
+    after = range(hi + 1, min(hi + 1 + _NOUN_REACH, len(sentence)))
+    return any(sentence[j] is not _BREAK and sentence[j] & measure and not sentence[j] & set(noun) for j in after)
+
+
 def _noun_follows(sentence: tuple, noun: tuple, hi: int) -> bool:
-    """Whether a counted noun stands in the number's token or within ``_NOUN_REACH`` after it."""
-    return _has(sentence, noun, range(hi, min(hi + 1 + _NOUN_REACH, len(sentence))))
+    """Whether a counted noun stands in the number's token or within ``_NOUN_REACH`` after it,
+    or after the range it opens ("9 am to 8 pm on *weekdays*")."""
+    if _has(sentence, noun, range(hi, min(hi + 1 + _NOUN_REACH, len(sentence)))):
+        return True
+    after = _past_range_end(sentence, hi + 1, len(sentence))
+    return after > hi + 1 and _has(sentence, noun, range(after, min(after + _NOUN_REACH, len(sentence))))
 
 
 def _said_of_something_else(k, units, spans, places, parsed, doc_sentences) -> bool:
@@ -828,11 +869,33 @@ def _adjacent(sentence: tuple, first: tuple[int, int], second: tuple[int, int], 
     lo, hi = (first[1] + 1, second[0]) if second[0] > first[1] else (second[1] + 1, first[0])
     if hi - lo > reach:
         return False
+    lo = _past_range_end(sentence, lo, hi)
     for j in range(lo, hi):
         forms = sentence[j]
         if forms is _BREAK or (allowed is not None and any(f.startswith("#") and f not in allowed for f in forms)):
             return False
     return True
+
+
+_RANGE_JOINERS = frozenset({"to", "until", "till", "through", "thru", "-", "–", "—"})
+
+
+def _past_range_end(sentence: tuple, lo: int, hi: int) -> int:
+    """Where a gap that opens with the other end of a range goes on: "10 am *to 4 pm* on
+    Saturdays" says 10 am of Saturdays as much as 4 pm (the number's own clock word skipped
+    first); ``lo`` where the gap opens otherwise."""
+    def skip(start: int, forms: frozenset) -> int:
+        while start < hi and sentence[start] is not _BREAK and sentence[start] & forms:
+            start += 1
+        return start
+
+    joiner = skip(lo, _CLOCK_WORDS)
+    if joiner >= hi or sentence[joiner] is _BREAK or not sentence[joiner] & _RANGE_JOINERS:
+        return lo
+    end = joiner + 1
+    while end < hi and sentence[end] is not _BREAK and any(f.startswith("#") for f in sentence[end]):
+        end += 1
+    return lo if end == joiner + 1 else skip(end, _CLOCK_WORDS)  # no number after the joiner: no range
 
 
 def _clause(parsed, spans, k, reach: int = _CLAUSE_REACH) -> list:
