@@ -109,6 +109,16 @@ def _too_long(what: str, length: int, max_length: int) -> ValueError:
     )
 
 
+#: The share of a prompt's room (what the frame and the last turn leave) that the document keeps
+#: before older turns: the document is cut first, but not below this share (or its own length),
+#: so a long history never pushes it out, which would leave PMI-Decode nothing to weigh.
+DOCUMENT_FLOOR_SHARE = 1 / 8
+
+
+def _document_floor(document_tokens: int, room: int) -> int:
+    return min(document_tokens, max(0, int(room * DOCUMENT_FLOOR_SHARE)))
+
+
 def _encode_plain(tokenizer, document, history, fmt, is_encoder_decoder, max_length) -> EncodedDialogue:
     head, tail = special_token_wrap(tokenizer)
     doc_ids = _ids(tokenizer, fmt.document_prefix + document) if document else []
@@ -120,6 +130,12 @@ def _encode_plain(tokenizer, document, history, fmt, is_encoder_decoder, max_len
     resp = [] if is_encoder_decoder else _ids(tokenizer, fmt.response_prefix)
     doc_truncated, dropped = False, 0
     if max_length is not None:
+        frame = len(head) + len(tail) + len(resp) + len(doc_sep)
+        if doc_ids:  # the oldest turns give way while the document would keep less than its floor
+            floor = _document_floor(len(doc_ids), max_length - frame - (len(turns[-1]) if turns else 0))
+            while len(turns) > 1 and max_length - frame - sum(len(t) for t in turns) < floor:
+                turns.pop(0)
+                dropped += 1
         fixed = len(head) + len(tail) + len(resp) + sum(len(t) for t in turns)
         budget = max_length - fixed - len(doc_sep)
         if doc_ids and len(doc_ids) > budget:
@@ -162,7 +178,10 @@ def _encode_chat(tokenizer, document, history, fmt, max_length) -> EncodedDialog
     history = list(history)
     doc_truncated, dropped = False, 0
     if max_length is not None:
-        while len(history) > 1 and len(_render_chat(tokenizer, "", history, fmt)) > max_length:
+        intro = len(_ids(tokenizer, fmt.chat_document_intro)) if document else 0
+        floor = _document_floor(len(_ids(tokenizer, document)), max_length - intro - len(
+            _render_chat(tokenizer, "", history[-1:], fmt))) if document else 0
+        while len(history) > 1 and len(_render_chat(tokenizer, "", history, fmt)) > max_length - intro - floor:
             history.pop(0)
             dropped += 1
         base = len(_render_chat(tokenizer, "", history, fmt))
@@ -200,8 +219,9 @@ def encode_dialogue(
 ) -> EncodedDialogue:
     """Token ids of one dialogue with and without its document (no padding, no tensors).
 
-    ``max_length`` bounds the conditional input: the end of the document is cut first, then the
-    oldest history turns are dropped; the last turn is never cut (a ValueError says so when it
+    ``max_length`` bounds the conditional input: the end of the document is cut first (but not
+    below :data:`DOCUMENT_FLOOR_SHARE` of the room the last turn leaves), then the oldest history
+    turns are dropped; the last turn is never cut (a ValueError says so when it
     alone does not fit). ``allow_empty_history=True`` accepts an empty history (the prompt is
     then the document segment and the response prefix only), which UPMI-Faith scoring needs.
     """

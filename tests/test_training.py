@@ -80,6 +80,24 @@ def test_history_truncation_keeps_the_last_turn():
     assert tok.decode(enc.conditional).rstrip().endswith("<user> Tell me about Paris. <agent>")
 
 
+@pytest.mark.parametrize("kind,enc_dec,chat", [("bart", True, False), ("llama", False, False), ("llama", False, True)])
+def test_a_long_history_never_pushes_the_document_out(kind, enc_dec, chat):
+    """The document is cut first, but not below DOCUMENT_FLOOR_SHARE of the room the last turn
+    leaves: older turns give way before it is gone (it was, leaving the two prompts the same)."""
+    from pmi_decode.inputs import DOCUMENT_FLOOR_SHARE
+
+    tok = tiny_tokenizer(kind, chat=chat) if chat else _tok(kind)
+    history = [f"turn {i} about the old mill on the river" for i in range(60)] + ["When was the mill built?"]
+    doc = " ".join(["The Alder mill was built in 1791 and rebuilt after the flood of 1852."] * 10)
+    for limit in (200, 300, 500):
+        enc = encode_dialogue(tok, doc, history, is_encoder_decoder=enc_dec, max_length=limit, chat_template=chat)
+        assert len(enc.conditional) <= limit and enc.history_turns_dropped > 0 and enc.document_truncated
+        last_only = encode_dialogue(tok, "", history[-1:], is_encoder_decoder=enc_dec, chat_template=chat)
+        floor = int((limit - len(last_only.unconditional)) * DOCUMENT_FLOOR_SHARE)
+        kept = len(enc.conditional) - len(enc.unconditional)
+        assert kept >= max(floor - 8, 10)  # the document's share, less its intro; never pushed out
+
+
 @pytest.mark.parametrize("kind,enc_dec", [("bart", True), ("llama", False)])
 def test_unconditional_is_conditional_minus_document(kind, enc_dec):
     tok, spec = _tok(kind), InputSpec()

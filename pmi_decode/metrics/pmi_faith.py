@@ -93,8 +93,9 @@ class PMIFaithConfig:
             tokenizer has one.
         max_length: longest conditional input in tokens (prompt plus response for decoder-only
             models, the encoder input for seq2seq ones); defaults to the model's limit. When a
-            prompt is too long the end of the document is cut first, then the oldest turns; the
-            response is never cut.
+            prompt is too long the end of the document is cut first (not below
+            :data:`pmi_decode.inputs.DOCUMENT_FLOOR_SHARE` of the room), then the oldest turns;
+            the response is never cut.
         max_history_turns: score with the last N history turns only (as the generator saw them,
             e.g. a model trained on the last 2 turns); ``None`` keeps the whole history.
         batch_size: sequences per forward pass (each response needs four: with document and
