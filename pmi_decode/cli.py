@@ -245,7 +245,10 @@ def _run_generate(args) -> int:
         _say(args, f"nothing to do: all {len(records)} dialogues are in {args.output}")
         return 0
     model, tokenizer = _load(args)
-    outputs = decode_records(todo, model, tokenizer, config, progress=not args.quiet, **_run_options(args))
+    # every record keeps the batch (and sampling seed) of an uninterrupted run: batches are formed
+    # over all records and the done ones skipped, not re-formed from the rest
+    outputs = decode_records(records, model, tokenizer, config, progress=not args.quiet, skip_ids=done,
+                             **_run_options(args))
     # written as decoded (a kill loses nothing), then put in input order: decode_records goes by length
     written = write_records(args.output, outputs)
     reorder_output(args.output, [r["id"] for r in records])

@@ -116,6 +116,20 @@ def test_resume_skips_done_ids_and_drops_a_half_written_line(tmp_path, llama_dir
     assert all(r == reference[r["id"]] for r in rows)
 
 
+def test_a_sampling_run_resumed_inside_a_batch_draws_what_an_uninterrupted_run_draws(tmp_path, llama_dir):
+    """Each batch's seed comes from its ids: a resumed run forms the batches over all the records and
+    skips the done ones, so the records left of a batch keep their batch and seed."""
+    inp = _write_input(tmp_path / "in.jsonl", _records(7))
+    options = ("--batch-size", "3", "--do-sample", "--seed", "5", "--num-beams", "1", "--compare")
+    full = str(tmp_path / "full.jsonl")
+    assert _gen(llama_dir, inp, full, *options) == 0
+    reference = _read(full)
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(json.dumps(r) + "\n" for r in reference[1::3]))  # a few of several batches
+    assert _gen(llama_dir, inp, str(partial), *options) == 0
+    assert _read(partial) == reference
+
+
 def test_resume_with_everything_done_does_not_load_the_model(tmp_path, llama_dir, capsys):
     model_dir = tmp_path / "model"
     shutil.copytree(llama_dir, model_dir)
