@@ -430,3 +430,21 @@ def test_a_scorer_that_cannot_load_stops_the_sweep_before_decoding(tmp_path, mod
     # with the generation stage alone the scorer is not needed, and the cells are decoded
     run_sweep(config, stages=["generate"], progress=False)
     assert (tmp_path / "out" / "generations" / "greedy" / "alpha1_p1.jsonl").is_file()
+
+
+def test_the_answers_reach_every_cells_generations(tmp_path, models):
+    """The correctness checks of the best cell compare each response with the record's reference
+    answers (or its mark as unanswerable): a cell's generations must carry them, from a record's
+    own fields or its loader's meta (they were dropped, so every check passed for want of data)."""
+    from types import SimpleNamespace
+
+    records = [dict(RECORDS[0], answers=["1889"]), dict(RECORDS[1], answerable=False),
+               SimpleNamespace(id="r2", document=RECORDS[2]["document"], history=RECORDS[2]["history"],
+                               response=GOLDS[2], meta={"answers": ["Liverpool"], "answerable": True})]
+    config = make_config(tmp_path / "s", methods=["beam_search"], alphas=[1], ps=[1])
+    generate_cells(config, records, *models[0], progress=False)
+    rows = [json.loads(line) for line in
+            cell_paths(config.output_dir, config.cells[0])["generations"].read_text().splitlines()]
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["r0"]["answers"] == ["1889"] and by_id["r1"]["answerable"] is False
+    assert by_id["r2"]["answers"] == ["Liverpool"] and by_id["r2"]["answerable"] is True

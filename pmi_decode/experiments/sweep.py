@@ -329,6 +329,11 @@ def _as_input(record) -> dict:
     out = {"id": str(get("id")), "document": get("document"), "history": list(get("history"))}
     if get("response") is not None:
         out["response"] = get("response")
+    meta = get("meta") or {}
+    for key in ("answers", "answerable"):  # what the correctness measures check the responses against
+        value = get(key) if get(key) is not None else meta.get(key) if isinstance(meta, dict) else None
+        if value is not None:
+            out[key] = value
     return out
 
 
