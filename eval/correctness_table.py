@@ -197,6 +197,20 @@ def read_system(spec: str, read_jsonl) -> tuple[str, list[dict]]:
     return "+".join(Path(path).name.replace(".jsonl", "") for path in paths), records
 
 
+def read_systems(specs: list[str], read_jsonl) -> dict[str, list[dict]]:
+    """Each input's system (:func:`read_system`), refusing two inputs of one name, or one named
+    like plain decoding's baseline: one would silently replace the other in the table."""
+    files: dict[str, list[dict]] = {}
+    for spec in specs:
+        name, records = read_system(spec, read_jsonl)
+        if name in files or name == PLAIN:
+            taken = "plain decoding's row" if name == PLAIN else "another input"
+            raise SystemExit(f"error: {spec}: its system would be named {name!r}, as {taken}; rename the file "
+                             "(a system is named after its file name)")
+        files[name] = records
+    return files
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", help="files written by pmi-decode generate for the same dialogues "
@@ -210,7 +224,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from pmi_decode.batch.scoring import read_jsonl
 
-    files = dict(read_system(spec, read_jsonl) for spec in args.inputs)
+    files = read_systems(args.inputs, read_jsonl)
     plain = read_system(args.plain, read_jsonl)[1] if args.plain else None
     systems, dialogues = systems_from_files(files, plain)
     scores = score_systems(systems, args.metrics.split(","), scorer_model=args.scorer_model, progress=True)

@@ -701,6 +701,15 @@ def test_correctness_table_pools_files_joined_with_plus(tmp_path):
     assert module.read_system(str(second), read_jsonl)[0] == "second"
     with pytest.raises(SystemExit, match="share dialogue ids"):
         module.read_system(f"{first}+{again}", read_jsonl)
+    (tmp_path / "other").mkdir()
+    twin, plain = tmp_path / "other" / "first.jsonl", tmp_path / "plain.jsonl"
+    for path in (twin, plain):
+        path.write_text(first.read_text())
+    assert list(module.read_systems([str(first), str(second)], read_jsonl)) == ["first", "second"]
+    with pytest.raises(SystemExit, match="would be named 'first', as another input"):
+        module.read_systems([str(first), str(twin)], read_jsonl)  # one would replace the other
+    with pytest.raises(SystemExit, match="as plain decoding's row"):
+        module.read_systems([str(plain)], read_jsonl)
 
 
 def test_detectors_on_the_untouched_final_sets():
