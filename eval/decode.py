@@ -51,7 +51,26 @@ DEFAULTS = {
 
 
 def load_config(path=None, overrides=()) -> dict:
-    return _load_config(DEFAULTS, path, overrides)
+    config = _load_config(DEFAULTS, path, overrides)
+    check_strategies(config["strategies"])
+    return config
+
+
+def check_strategies(strategies) -> None:
+    """Each strategy a mapping of decoding options: a misspelt one (``num_beam``) is refused by
+    name, not left out while the strategy runs with the default."""
+    import difflib
+
+    if not isinstance(strategies, dict) or not strategies:
+        raise ValueError(f"strategies must map names to decoding options, got {strategies!r}")
+    known = DecodeConfig.file_option_names()
+    for name, strategy in strategies.items():
+        if not isinstance(strategy, dict):
+            raise ValueError(f"strategies.{name} must map decoding options to values, got {strategy!r}")
+        for key in sorted(set(strategy) - set(known)):
+            close = difflib.get_close_matches(key, known, n=1)
+            raise ValueError(f"strategies.{name}: unknown decoding option {key!r}"
+                             + (f" (did you mean {close[0]!r}?)" if close else ""))
 
 
 def records_to_decode(config: dict) -> list[dict]:
@@ -91,7 +110,7 @@ def decode(config: dict) -> dict:
     """Decode every strategy of ``config``; returns ``{strategy: output path}``."""
     import torch
 
-    from pmi_decode.batch.decode import decode_records, decode_settings, read_done_ids, write_records
+    from pmi_decode.batch.decode import decode_records, decode_settings, read_done_ids, reorder_output, write_records
     from pmi_decode.training_data import InputSpec
 
     if config.get("threads"):
@@ -126,9 +145,9 @@ def decode(config: dict) -> dict:
         done = read_done_ids(path, settings)
         todo = [r for r in records if str(r["id"]) not in done]
         logger.info("%s: %d to decode (%d already in %s)", name, len(todo), len(done), path)
-        if todo:
-            stream = decode_records(todo, model, tokenizer, decoding, **run)
-            write_records(path, stream)
+        if todo:  # batches formed over all records (each keeps its batch and seed), the done ones skipped
+            write_records(path, decode_records(records, model, tokenizer, decoding, skip_ids=done, **run))
+        reorder_output(path, [r["id"] for r in records])  # decoded by length; written in input order
         written[name] = str(path)
     return written
 

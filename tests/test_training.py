@@ -299,11 +299,12 @@ def test_decode_script_writes_scoreable_jsonl_and_resumes(tmp_path):
                        eval_records=[])
     config = load_decode_config(ROOT / "configs" / "decode_topicalchat.yaml", [
         f"checkpoint={summary['output_dir']}", f"data_dir={FIX / 'topicalchat_postbuild'}", "split=validation",
-        "max_examples=3", "max_new_tokens=5", "batch_size=2", f"output_dir={tmp_path / 'dec'}"])
+        "max_examples=6", "max_new_tokens=5", "batch_size=2", f"output_dir={tmp_path / 'dec'}"])
     written = decode(config)
     assert set(written) == {"beam_search", "beam_sampling"}
     rows = read_jsonl(written["beam_search"])
-    assert len(rows) == 3
+    assert len(rows) == 6
+    assert [r["id"] for r in rows] == [r["id"] for r in script.records_to_decode(config)]  # input order
     for row in rows:
         assert {"id", "document", "history", "response", "pmi_response", "plain_response", "settings"} <= set(row)
         assert row["settings"]["num_beams"] == 4
@@ -312,4 +313,8 @@ def test_decode_script_writes_scoreable_jsonl_and_resumes(tmp_path):
     assert "unigram_f1" in json.dumps(scored[0]["scores"]["pmi_response"])
     # a second run finds everything done and appends nothing
     decode(config)
-    assert len(read_jsonl(written["beam_search"])) == 3
+    assert len(read_jsonl(written["beam_search"])) == 6
+    for typo, message in (("strategies.beam_search.num_beam=3", "unknown decoding option 'num_beam'.*'num_beams'"),
+                          ("strategies.beam_search=4", "must map decoding options to values")):
+        with pytest.raises(ValueError, match=message):
+            load_decode_config(ROOT / "configs" / "decode_topicalchat.yaml", [typo])
