@@ -369,6 +369,22 @@ def _parse_dtype(dtype):
     return value
 
 
+def _available_device(device):
+    """``device`` checked before any weight loads: a name torch does not know, or an accelerator
+    this torch cannot reach ("cuda" on a CPU-only build), is refused by name."""
+    if device is None:
+        return None
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"unknown device {device!r} ({err}); use e.g. cpu, cuda or cuda:1") from None
+    backend = getattr(torch, kind, None) if kind != "cpu" else None
+    if backend is not None and callable(getattr(backend, "is_available", None)) and not backend.is_available():
+        raise ValueError(f"device {device!r} is not available here (torch.{kind}.is_available() is False: no such "
+                         "device, or a torch built without it); use --device cpu or leave it out")
+    return device
+
+
 def load_model_and_tokenizer(name: str | os.PathLike | None = "embedded", *, device=None, dtype=None):
     """Load ``(model, tokenizer)`` for a model name, ready for generation.
 
@@ -385,6 +401,7 @@ def load_model_and_tokenizer(name: str | os.PathLike | None = "embedded", *, dev
 
     path = resolve_model(name)
     dtype = _parse_dtype(dtype)
+    device = _available_device(device)
     try:
         config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as err:

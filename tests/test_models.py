@@ -221,3 +221,15 @@ def test_the_conversion_lock_is_a_filelock(tmp_path):
     with lock:
         with pytest.raises(Timeout):
             FileLock(str(tmp_path / ".x.lock")).acquire(timeout=0.2)
+
+
+def test_a_device_this_torch_cannot_reach_is_refused_before_loading(monkeypatch):
+    import torch
+
+    from pmi_decode.models import load_model_and_tokenizer
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a CPU-only build
+    with pytest.raises(ValueError, match=r"device 'cuda:1' is not available here .*--device cpu"):
+        load_model_and_tokenizer("embedded", device="cuda:1")
+    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+        load_model_and_tokenizer("embedded", device="gpu")
