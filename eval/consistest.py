@@ -58,6 +58,12 @@ def load_config(path=None, overrides=()) -> dict:
     return config
 
 
+#: The config keys that decide what a sample's prompt holds (not which samples are drawn: a larger
+#: max_samples keeps the smaller one's samples, and a moved data folder holds the same files).
+SAMPLE_SETTINGS = ("dialogs_file", "persona_qas_file", "history_qas_file", "num_history", "distances",
+                   "persona_positions", "document_mode")
+
+
 def build(config: dict) -> tuple[list, LoadReport]:
     """The samples (a seeded subset with ``max_samples``) and the loader's report."""
     report = LoadReport(dataset="consistest", split="valid")
@@ -80,11 +86,13 @@ def decode(config: dict, samples, out_dir: Path, model=None, tokenizer=None) -> 
     path = out_dir / "generations.jsonl"
     name = config["model"] if isinstance(config["model"], str) else type(model).__name__
     decoding = DecodeConfig(**DecodeConfig.options_in(config))  # alpha, p, num_beams, ... from the config
-    run = dict(compare=bool(config["compare"]), model_name=name)
+    # what builds each sample's prompt is part of what the records hold: a resume with another is refused
+    built = {key: config[key] for key in SAMPLE_SETTINGS}
+    run = dict(compare=bool(config["compare"]), model_name=name, extra_settings=built)
     done = read_done_ids(path, decode_settings(decoding, **run))
-    records = [to_record(s, document_mode=config["document_mode"]) for s in samples]
-    todo = [{"id": r.id, "document": r.document, "history": r.history, "response": r.response}
-            for r in records if r.id not in done]
+    records = [{"id": r.id, "document": r.document, "history": r.history, "response": r.response}
+               for r in (to_record(s, document_mode=config["document_mode"]) for s in samples)]
+    todo = [r for r in records if r["id"] not in done]
     logger.info("%d samples to decode (%d already in %s)", len(todo), len(done), path)
     if todo:
         if model is None:
@@ -93,7 +101,7 @@ def decode(config: dict, samples, out_dir: Path, model=None, tokenizer=None) -> 
             if config.get("threads"):
                 torch.set_num_threads(int(config["threads"]))
             model, tokenizer = load_model_and_tokenizer(config["model"])
-        write_records(path, decode_records(todo, model, tokenizer, decoding, progress=False, **run))
+        write_records(path, decode_records(records, model, tokenizer, decoding, progress=True, skip_ids=done, **run))
     by_id = {}
     with path.open(encoding="utf-8") as handle:
         for line in handle:

@@ -51,6 +51,9 @@ def test_decode_and_score_with_a_callable_nli(tmp_path):
     again = consistest_eval.run(config(tmp_path, nli="none"))
     assert again["nli"] == "none (rules only, by request)"
     assert again["systems"]["plain"]["summary"]["all"]["n"] == 18
+    # another prompt layout is no resume: the stored records hold the old layout's prompts
+    with pytest.raises(ValueError, match="document_mode"):
+        consistest_eval.run(config(tmp_path, nli="none", document_mode="persona"))
 
 
 def test_unloadable_nli_falls_back_to_rules_and_says_why(tmp_path):
