@@ -340,6 +340,15 @@ def test_score_output_under_a_file_is_a_clear_error(tmp_path, capsys):
     inp = _write_input(tmp_path / "in.jsonl", [dict(_records(1)[0], pmi_response="x")])
     assert main(["score", "--input", inp, "--output", str(blocker / "s.jsonl"), "--metrics", "knowledge_f1"]) == 1
     assert f"{blocker} is a file, not a folder" in capsys.readouterr().err
+    # the input itself as output: refused, and the input is left as it was
+    before = open(inp).read()
+    assert main(["score", "--input", inp, "--output", inp, "--metrics", "knowledge_f1"]) == 1
+    assert "--output must differ from --input" in capsys.readouterr().err and open(inp).read() == before
+    # a summary in a folder not made yet: made
+    summary = tmp_path / "new" / "means.json"
+    assert main(["score", "--input", inp, "--output", str(tmp_path / "s.jsonl"), "--metrics", "knowledge_f1",
+                 "--summary", str(summary)]) == 0
+    assert json.loads(summary.read_text())["metrics"] == ["knowledge_f1"]
 
 
 def test_a_hub_id_fails_at_once_when_offline(tmp_path, capsys, monkeypatch):

@@ -475,6 +475,10 @@ def run_score(args) -> Path:
     from .decode import check_output_path
 
     check_output_path(output, "--output")
+    if Path(args.input).exists() and output.resolve() == Path(args.input).resolve():
+        raise ValueError("--output must differ from --input (the scored file would replace the records it scores)")
+    if getattr(args, "summary", None):  # checked now, not after the scoring
+        check_output_path(Path(args.summary), "--summary")
     records = read_records(args.input, getattr(args, "split", None))
     check_models(args, metrics)
     if "pmi_faith" in metrics:
@@ -501,6 +505,7 @@ def _report(scored: list[dict], output: Path, args, metrics: list[str]) -> None:
     )
     summary = summarise_scores(scored)
     summary_path = Path(args.summary) if getattr(args, "summary", None) else output.with_suffix(".summary.json")
+    summary_path.parent.mkdir(parents=True, exist_ok=True)
     summary_path.write_text(json.dumps({"input": str(args.input), "metrics": metrics, "means": summary},
                                        indent=2) + "\n", encoding="utf-8")
     print(f"scored {len(scored)} records with {', '.join(metrics)} -> {output}")
