@@ -47,8 +47,15 @@ def test_response_sets_from_generated_records():
     sets = response_sets_from_records(generated_records())
     assert [(s.method, s.objective) for s in sets] == [
         ("beam search", "PMI-Decode (alpha=0.5, p=0.9)"),
-        ("beam search", "likelihood (top-p 0.9)"),
+        ("beam search", "likelihood"),  # beam search has no nucleus; plain sampling samples PMI-Decode's
     ]
+    sampled = [dict(r, settings=dict(r["settings"], do_sample=True, num_beams=1)) for r in generated_records()]
+    assert [s.objective for s in response_sets_from_records(sampled)][1] == "likelihood (top-p 0.9)"
+    # runs that differ in a setting that changes the scores are two rows, not one pooled row
+    capped = [dict(r, id=r["id"] + "c", settings=dict(r["settings"], pmi_cap=2.0, plausibility=0.1))
+              for r in generated_records()]
+    objectives = [s.objective for s in response_sets_from_records(generated_records() + capped)]
+    assert "PMI-Decode (alpha=0.5, p=0.9, cap=2, plausibility=0.1)" in objectives and len(objectives) == 3
     assert sets[0].responses[1] == "Kind of Blue bad record." and sets[1].responses[2] == "bad bad band"
     assert sets[0].golds[0] == "It is in Paris and was built in 1889."
     with pytest.raises(ValueError, match="record 1 .*neither"):

@@ -67,12 +67,19 @@ def method_name(num_beams: int, do_sample: bool) -> str:
     return "sampling" if do_sample else "greedy"
 
 
-def objective_name(alpha: float | None, p: float | None, *, pmi: bool = True) -> str:
+def objective_name(alpha: float | None, p: float | None, *, pmi: bool = True, do_sample: bool = True,
+                   pmi_cap=None, plausibility=None) -> str:
+    """A response set's objective: plain decoding ("likelihood", with its top-p where it samples:
+    the command's plain run samples from PMI-Decode's nucleus, and searches without one) or
+    PMI-Decode with every setting that changes its scores (so two runs that differ in one are two
+    rows, not one pooled row)."""
     if not pmi:
-        return "likelihood" if p is None or p >= 1 else f"likelihood (top-p {p:g})"
+        return "likelihood" if p is None or p >= 1 or not do_sample else f"likelihood (top-p {p:g})"
     from ..adaptive import alpha_label
 
-    return f"PMI-Decode (alpha={alpha_label(alpha)}, p={p:g})"
+    extra = "".join(f", {name}={value:g}" for name, value in (("cap", pmi_cap), ("plausibility", plausibility))
+                    if isinstance(value, (int, float)))
+    return f"PMI-Decode (alpha={alpha_label(alpha)}, p={p:g}{extra})"
 
 
 def response_sets_from_records(records: Sequence[dict], *, source: str | None = None) -> list[ResponseSet]:
@@ -94,7 +101,9 @@ def response_sets_from_records(records: Sequence[dict], *, source: str | None = 
             pmi = fld == "pmi_response"
             if pmi and (alpha is None or p is None):
                 raise ValueError(f"{where}record {i + 1}: 'pmi_response' without settings.alpha and settings.p")
-            key = (method_name(num_beams, do_sample), objective_name(alpha, p, pmi=pmi), fld)
+            objective = objective_name(alpha, p, pmi=pmi, do_sample=do_sample, pmi_cap=settings.get("pmi_cap"),
+                                       plausibility=settings.get("plausibility"))
+            key = (method_name(num_beams, do_sample), objective, fld)
             if key not in groups:
                 groups[key] = ResponseSet(method=key[0], objective=key[1], ids=[], documents=[], histories=[],
                                           responses=[], golds=[], meta={"field": fld, "alpha": alpha, "p": p,
