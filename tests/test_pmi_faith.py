@@ -198,6 +198,9 @@ def test_bad_arguments():
         scorer.score(DOCS[:1], HISTS[:1], ["a much longer response than eight tokens can hold, surely"])
     with pytest.raises(ValueError, match="must be a list"):
         scorer.score("doc", HISTS[:1], RESPONSES[:1])
+    roomy = PMIFaith(model, tokenizer, max_length=45)  # the message names the limit the caller set
+    with pytest.raises(ValueError, match=r"item 0: the last history turn and the response .* max_length=45"):
+        roomy.score(DOCS[:1], [["a long last turn " * 8]], ["a response of a few words"])
 
 
 def test_a_config_object_and_keywords_build_the_same_scorer():

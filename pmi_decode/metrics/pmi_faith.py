@@ -238,9 +238,16 @@ class PMIFaith:
         )
         contexts, truncated = {}, False
         if "cpmi" in self.compute:
-            with_history = encode_dialogue(self.tokenizer, document, history,
-                                           max_history_turns=self.max_history_turns,
-                                           allow_empty_history=self.allow_empty_history, **common)
+            try:
+                with_history = encode_dialogue(self.tokenizer, document, history,
+                                               max_history_turns=self.max_history_turns,
+                                               allow_empty_history=self.allow_empty_history, **common)
+            except ValueError as err:
+                if budget is None or "does not fit" not in str(err):
+                    raise
+                raise ValueError(f"the last history turn and the response ({len(response_ids)} tokens) do not fit "
+                                 f"in max_length={self.max_length} together ({err}); raise max_length or score a "
+                                 "shorter response") from None
             contexts["dh"], contexts["h"] = with_history.conditional, with_history.unconditional
             truncated = with_history.truncated
         if "upmi" in self.compute:
