@@ -181,6 +181,19 @@ def test_malformed_line_names_file_and_line_and_writes_nothing(tmp_path, llama_d
     assert not out.exists()
 
 
+def test_a_file_in_another_encoding_names_its_line_and_a_byte_order_mark_is_read(tmp_path, llama_dir, capsys):
+    good = [json.dumps(r) for r in _records(2)]
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes((good[0] + "\n" + json.dumps(dict(_records(3)[2], document="Café au lait"),
+                                                   ensure_ascii=False) + "\n").encode("latin-1"))
+    assert _gen(llama_dir, str(latin), str(tmp_path / "out.jsonl")) == 1
+    err = capsys.readouterr().err
+    assert f"{latin}:2: not UTF-8 text" in err and "save the file as UTF-8" in err and "Traceback" not in err
+    marked = tmp_path / "bom.jsonl"
+    marked.write_bytes(("\n".join(good) + "\n").encode("utf-8-sig"))
+    assert [r["id"] for r in read_dialogues_jsonl(marked)] == ["d0", "d1"]
+
+
 def test_read_dialogues_reports_the_first_bad_line(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text('{"id": 1, "document": "d", "history": ["a"]}\n{"id": 2, "document": "d", "history": ["a", 5]}\n')

@@ -92,16 +92,23 @@ def _check_record(obj, where: str) -> dict:
     return obj
 
 
-def _json_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
+def json_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each non-blank line of a UTF-8 file (a byte-order mark, as some
+    editors write, is skipped); a line that is not UTF-8 stops with the file, line and fix."""
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise DialogueFileError(f"{path}:{lineno}: not UTF-8 text ({err.reason} at byte {err.start} of the "
+                                        "line); save the file as UTF-8") from None
             if line.strip():
                 yield lineno, line
 
 
 def _json_records(path: Path, problem: str) -> Iterator[tuple[str, object]]:
     """``("file:line", parsed JSON)`` for each non-blank line; a bad line stops with ``problem``."""
-    for lineno, line in _json_lines(path):
+    for lineno, line in json_lines(path):
         where = f"{path}:{lineno}"
         try:
             yield where, json.loads(line)

@@ -277,19 +277,15 @@ def read_jsonl(path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"input file not found: {path}")
+    from .decode import json_lines
+
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}, line {line_number}: not valid JSON ({err.msg})") from None
-            try:
-                _check_record(records[-1], f"{path}, line {line_number}")
-            except ValueError:
-                raise
+    for line_number, line in json_lines(path):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}, line {line_number}: not valid JSON ({err.msg})") from None
+        _check_record(records[-1], f"{path}, line {line_number}")
     return records
 
 
