@@ -174,6 +174,9 @@ def test_grid_selection_and_config_errors(tmp_path):
     path.write_text("dataset: topicalchat\nsplit: valid_rare\nps: [0.6, 1.5]\n")
     with pytest.raises(ValueError, match="sweep.yaml: p must be a number in \\(0, 1\\]"):
         load_sweep_config(path)
+    path.write_text("dataset: topicalchat\nsplit: valid_rare\nalphas: 0.5\n")
+    with pytest.raises(ValueError, match=r"sweep.yaml: alphas must be a list, e.g. \[0.5\]"):
+        load_sweep_config(path)
     path.write_text("dataset: topicalchat\nsplit: [unclosed\n")
     with pytest.raises(ValueError, match="sweep.yaml: line"):
         load_sweep_config(path)

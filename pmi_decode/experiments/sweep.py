@@ -149,6 +149,9 @@ class SweepConfig:
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise ValueError(f"methods must be a non-empty list drawn from {sorted(METHODS)}, got {self.methods!r}")
+        for name in ("alphas", "ps"):
+            if not isinstance(getattr(self, name), (list, tuple)):  # a lone number in YAML: "alphas: 0.5"
+                raise ValueError(f"{name} must be a list, e.g. [{getattr(self, name)!r}], got {getattr(self, name)!r}")
         if not self.alphas or not self.ps:
             raise ValueError("alphas and ps must each hold at least one value")
         for a in self.alphas:
