@@ -298,6 +298,23 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_metric_options(entries) -> None:
+    """Each metric's options are ones it reads: a misspelt one (``include_eoss``) is refused by
+    name, not ignored while the metric scores with the default."""
+    import difflib
+
+    from pmi_decode.metrics.registry import metric_options
+
+    for entry in entries:
+        known = metric_options(entry["name"])  # ValueError for an unknown metric
+        if known is None:  # a metric of the caller's that does not say what it reads
+            continue
+        for key in sorted(set(entry.get("options") or {}) - known):
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            raise ValueError(f"metric {entry['name']!r}: unknown option {key!r}"
+                             + (f" (did you mean {close[0]!r}?)" if close else f"; it reads {sorted(known)}"))
+
+
 def main(argv=None) -> dict | None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="configs/begin.yaml")
@@ -353,6 +370,7 @@ def main(argv=None) -> dict | None:
     labels = np.array([int(e.faithful) for e in examples])
     sources = np.array([e.data_source for e in examples])
     entries = config["metrics"]
+    check_metric_options(entries)
     if args.metrics:
         wanted = {m.strip() for m in args.metrics.split(",")}
         entries = [e for e in entries if e["name"] in wanted or any(c in wanted for c in e.get("columns", {}))]

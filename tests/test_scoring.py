@@ -197,3 +197,26 @@ def test_a_scorer_that_cannot_load_is_named_before_any_metric_runs(tmp_path, mon
     with pytest.raises(ModelNotAvailableError, match=r"nothing was scored:\n  - --scorer-model .*no-such-model"):
         scoring.run_score(args)
     assert ran == [] and not (tmp_path / "out.scored.jsonl").exists()
+
+
+def test_each_metric_names_the_options_it_reads_and_begin_refuses_a_misspelt_one():
+    import importlib.util
+    from pathlib import Path
+
+    import yaml
+
+    from pmi_decode.metrics.registry import metric_options
+
+    assert {"include_eos", "compute", "scorer_model", "batch_size"} <= metric_options("pmi_faith")
+    assert {"faithcritic_model", "batch_size"} <= metric_options("faithcritic") and "q2_qa" in metric_options("q2")
+    assert metric_options("bleu") == frozenset()
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("begin_script", root / "eval" / "begin.py")
+    begin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(begin)
+    for config in sorted((root / "configs").glob("begin*.yaml")):  # the shipped configs pass
+        begin.check_metric_options(yaml.safe_load(config.read_text())["metrics"])
+    with pytest.raises(ValueError, match="metric 'pmi_faith': unknown option 'include_eoss' .*'include_eos'"):
+        begin.check_metric_options([{"name": "pmi_faith", "options": {"include_eoss": True}}])
+    with pytest.raises(ValueError, match="unknown metric"):
+        begin.check_metric_options([{"name": "pmi_fiath"}])

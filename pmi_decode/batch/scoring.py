@@ -57,13 +57,16 @@ AMBIGUOUS_METRICS = {
 _PMI_SCORERS: dict = {}
 
 
+#: The scoring options :func:`pmi_faith_scorer` hands to :class:`~pmi_decode.metrics.PMIFaith`.
+PMI_FAITH_OPTIONS = ("chat_template", "max_length", "max_history_turns", "batch_size", "include_eos", "compute",
+                     "device", "dtype", "format", "allow_empty_history")
+
+
 def pmi_faith_scorer(scorer_model="embedded", **options):
     """One :class:`~pmi_decode.metrics.PMIFaith` per (model, options), kept for later calls."""
     from ..metrics.pmi_faith import PMIFaith
 
-    keys = ("chat_template", "max_length", "max_history_turns", "batch_size", "include_eos", "compute", "device",
-            "dtype", "format", "allow_empty_history")
-    kwargs = {k: options[k] for k in keys if options.get(k) is not None}
+    kwargs = {k: options[k] for k in PMI_FAITH_OPTIONS if options.get(k) is not None}
     if "compute" in kwargs:
         kwargs["compute"] = tuple(kwargs["compute"])
     cache_key = (scorer_model if isinstance(scorer_model, str) else id(scorer_model), repr(sorted(kwargs.items())))
@@ -76,7 +79,7 @@ def pmi_faith_scorer(scorer_model="embedded", **options):
     return _PMI_SCORERS[cache_key]
 
 
-@register_metric("pmi_faith")
+@register_metric("pmi_faith", reads=("scorer_model", *PMI_FAITH_OPTIONS))
 def _pmi_faith(documents, histories, responses, *, progress=False, **options):
     """CPMI/UPMI sums and token means; with ``include_eos``, also the ``*_without_eos`` variants."""
     scorer = pmi_faith_scorer(**options)
@@ -95,7 +98,7 @@ def _pmi_faith(documents, histories, responses, *, progress=False, **options):
     return out
 
 
-@register_metric("pmi_faith_words")
+@register_metric("pmi_faith_words", reads=("scorer_model", *PMI_FAITH_OPTIONS))
 def _pmi_faith_words(documents, histories, responses, *, progress=False, **options):
     """Word-level PMI-Faith aggregations (``cpmi_low3``, ``cpmi_supported_share``, ...; see
     :mod:`pmi_decode.metrics.token_aggregation`), which one wrong fact lowers more than the mean."""
@@ -111,7 +114,7 @@ def _pmi_faith_words(documents, histories, responses, *, progress=False, **optio
 _FAITH_SCORES: dict = {}
 
 
-@register_metric("faith_score")
+@register_metric("faith_score", reads=())
 def _faith_score(documents, histories, responses, *, scorer_model="embedded", faith_score_coefficients=None,
                  progress=False, batch_size=16, device=None, max_history_turns=None, chat_template=False,
                  **options):
@@ -129,7 +132,7 @@ def _faith_score(documents, histories, responses, *, scorer_model="embedded", fa
     return _FAITH_SCORES[key].score(documents, histories, responses, progress=progress)
 
 
-@register_metric("bertscore")
+@register_metric("bertscore", reads=())
 def _bertscore(documents, histories, responses, *, bertscore_model="roberta-large", device=None, **options):
     """BERTScore F1 of each response against its document (the ``bert-score`` package)."""
     try:
@@ -143,7 +146,7 @@ def _bertscore(documents, histories, responses, *, bertscore_model="roberta-larg
 _FAITHCRITIC: dict = {}
 
 
-@register_metric("faithcritic")
+@register_metric("faithcritic", reads=())
 def _faithcritic(documents, histories, responses, *, faithcritic_model="McGill-NLP/roberta-large-faithcritic",
                  batch_size=16, device=None, **options):
     """Probability that FaithCritic (Dziri et al. 2022) judges the response faithful to the document.
@@ -201,12 +204,12 @@ def _against_gold(function_name: str, column: str) -> MetricFn:
 
 
 for _name, _short in (("unigram_f1", "f1"), ("bleu", "bleu"), ("rouge_l", "rouge_l")):
-    register_metric(f"knowledge_{_short}", _against_document(_name, f"knowledge_{_short}"))
-    register_metric(f"gold_{_short}", _against_gold(_name, f"gold_{_short}"))
-    register_metric(_name, _against_document(_name, _name))  # BEGIN's document-overlap baselines
+    register_metric(f"knowledge_{_short}", _against_document(_name, f"knowledge_{_short}"), reads=())
+    register_metric(f"gold_{_short}", _against_gold(_name, f"gold_{_short}"), reads=())
+    register_metric(_name, _against_document(_name, _name), reads=())  # BEGIN's document-overlap baselines
 
 
-@register_metric("correctness")
+@register_metric("correctness", reads=())
 def _correctness(documents, histories, responses, *, answers=None, answerable=None, **options):
     """Is the response right: answer_match / answer_recall against the record's ``answers``
     (reference answers), abstains, asserts_unanswerable (records with ``answerable: false``),

@@ -334,4 +334,4 @@ def grammar_metric(documents, histories, responses, *, grammar_checker: GrammarC
     return [{"grammar_errors": int(c), "ungrammatical": int(c > 0)} for c in flags_counts]
 
 
-register_metric("grammar", grammar_metric)
+register_metric("grammar", grammar_metric, reads=())

@@ -207,7 +207,7 @@ def _from_pretrained(name: str, *, device, dtype):
 _NLI_JUDGES: dict = {}
 
 
-@register_metric("nli")
+@register_metric("nli", reads=())
 def nli_metric(documents, histories, responses, *, nli_model: Any = DEFAULT_NLI, device=None, nli_batch_size: int = 16,
                **_options) -> list[dict]:
     """The NLI metric: premise = the document (knowledge), hypothesis = the response.

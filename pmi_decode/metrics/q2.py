@@ -362,4 +362,4 @@ def q2_metric(documents: Sequence[str], histories, responses: Sequence[str], *, 
     return columns
 
 
-register_metric("q2", q2_metric)
+register_metric("q2", q2_metric, reads=tuple(SCORING_OPTIONS))

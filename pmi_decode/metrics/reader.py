@@ -240,6 +240,6 @@ def repetition_metric(documents, histories, responses, **_) -> list[dict]:
             for d, r in zip(distinct_n(list(responses), 2), repeated_ngram_rate(list(responses), 3))]
 
 
-register_metric("answers_question", answers_question_metric)
-register_metric("copy_rate", copy_rate_metric)
-register_metric("repetition", repetition_metric)
+register_metric("answers_question", answers_question_metric, reads=())
+register_metric("copy_rate", copy_rate_metric, reads=())
+register_metric("repetition", repetition_metric, reads=())

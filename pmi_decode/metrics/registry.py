@@ -29,6 +29,10 @@ MetricFn = Callable[..., list]
 #: name -> callable(documents, histories, responses, **options) -> list[dict[str, float]]
 METRICS: dict[str, MetricFn] = {}
 
+#: name -> the options a metric reads from its ``**options`` besides its keyword parameters
+#: (``pmi_faith`` hands them on to the scorer), so a misspelt option can be named (:func:`metric_options`).
+METRIC_READS: dict[str, tuple[str, ...]] = {}
+
 #: Modules that register more metrics when imported (missing ones are skipped quietly).
 METRIC_MODULES = ["pmi_decode.metrics.q2", "pmi_decode.metrics.grammar", "pmi_decode.metrics.reader",
                   "pmi_decode.metrics.nli"]
@@ -38,14 +42,33 @@ METRIC_MODULES = ["pmi_decode.metrics.q2", "pmi_decode.metrics.grammar", "pmi_de
 BUILT_IN_METRICS_MODULE = "pmi_decode.batch.scoring"
 
 
-def register_metric(name: str, fn: MetricFn | None = None):
-    """Register ``fn`` under ``name`` (usable as a decorator); a later registration replaces it."""
+def register_metric(name: str, fn: MetricFn | None = None, *, reads: tuple[str, ...] | None = None):
+    """Register ``fn`` under ``name`` (usable as a decorator); a later registration replaces it.
+    ``reads``: the options it takes from ``**options`` rather than as keyword parameters (``()``:
+    none; ``None``: not declared, so its options cannot be checked)."""
 
     def decorator(func: MetricFn) -> MetricFn:
         METRICS[name] = func
+        if reads is None:
+            METRIC_READS.pop(name, None)
+        else:
+            METRIC_READS[name] = tuple(reads)
         return func
 
     return decorator(fn) if fn is not None else decorator
+
+
+def metric_options(name: str) -> frozenset | None:
+    """Every option metric ``name`` reads: its keyword parameters and what it declares it reads
+    from ``**options``; ``None`` where it cannot be told (a ``**options`` it declared nothing of).
+    Scoring hands every metric every option and each ignores the others', so a config that sets
+    options for one metric (BEGIN's) checks them against this."""
+    import inspect
+
+    parameters = inspect.signature(get_metric(name)).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters) and name not in METRIC_READS:
+        return None
+    return frozenset({p.name for p in parameters if p.kind is p.KEYWORD_ONLY} | set(METRIC_READS.get(name, ())))
 
 
 def available_metrics() -> list[str]:
