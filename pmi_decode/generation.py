@@ -603,8 +603,11 @@ def _pmi_generate(model, inputs, *, alpha, p, paired, share_prompt, normalize, c
                          nucleus_projection=(one_row_each and pmi_cap is None) or None,
                          plausibility=plausibility, defer_single_token=one_row_each, pmi_cap=pmi_cap)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
+        # not where the first step's hidden states or attentions are asked for: they would cover the
+        # last prompt position alone, the others being in the cache already
         if (share_prompt and "past_key_values" not in kwargs and "cache" not in kwargs
-                and config.cache_implementation is None):
+                and config.cache_implementation is None
+                and not (config.output_hidden_states or config.output_attentions)):
             cache = prompt_cache(model, cond, _expansion(config))
             if cache is not None:
                 kwargs[cache_keyword(model)] = cache

@@ -116,3 +116,14 @@ def test_path_flags_must_be_booleans():
                            (dict(share_prompt=None), "share_prompt must be True or False")):
         with pytest.raises(ValueError, match=message):
             pmi_generate(model, inputs, **PAPER, **flags, **NEW)
+
+
+def test_hidden_states_and_attentions_cover_the_whole_prompt_with_beams():
+    """With beams, the prompt is run once and handed to generate as a cache, unless the first
+    step's hidden states or attentions are asked for: they would hold the last position alone."""
+    model, inputs = setup("llama")
+    width = inputs["conditional"]["input_ids"].shape[1]
+    asked = dict(num_beams=2, return_dict_in_generate=True, output_hidden_states=True, **NEW)
+    plain = model.generate(**inputs["conditional"], **asked)
+    got = pmi_generate(model, inputs, **PAPER, **asked)
+    assert got.hidden_states[0][0].shape[1] == width == plain.hidden_states[0][0].shape[1]
