@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pmi_decode.config import load_config as _load_config
 from pmi_decode.decode_config import DecodeConfig
-from pmi_decode.training_data import load_split
+from pmi_decode.training_data import HOLDOUT_FILE, load_holdout, load_split
 
 logger = logging.getLogger("decode")
 
@@ -76,7 +76,11 @@ def check_strategies(strategies) -> None:
 def records_to_decode(config: dict) -> list[dict]:
     split_config = dict(config, eval_split=config["split"], test_split=config["split"],
                         max_test_examples=config["max_examples"], max_eval_examples=config["max_examples"])
-    records = load_split(split_config, "test")  # with a holdout: its test conversations
+    held_out = load_holdout(config["checkpoint"]) if config.get("holdout") and config.get("checkpoint") else None
+    if config.get("holdout") and held_out is None:
+        logger.warning("%s has no %s: the held-out conversations are drawn again from this config's holdout and "
+                       "loader_options, which must equal the fine-tuning config's", config["checkpoint"], HOLDOUT_FILE)
+    records = load_split(split_config, "test", held_out=held_out)  # with a holdout: its test conversations
     return [{"id": r.id, "document": r.document, "history": list(r.history), "response": r.response} for r in records]
 
 
@@ -100,7 +104,8 @@ def load_checkpoint(checkpoint: str, device=None):
         spec = load_input_spec(path) or load_input_spec(path.parent)
     else:
         model, tokenizer = load_model_and_tokenizer(checkpoint, device=device)
-        spec = load_input_spec(path) if path.is_dir() else None
+        # a checkpoint-N folder inside a run: the layout the run saved beside it
+        spec = (load_input_spec(path) or load_input_spec(path.parent)) if path.is_dir() else None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer, spec

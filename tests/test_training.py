@@ -19,6 +19,7 @@ from pmi_decode.training_data import (
     build_examples,
     build_features,
     holdout_split,
+    load_split,
     load_input_spec,
     save_input_spec,
 )
@@ -318,3 +319,59 @@ def test_decode_script_writes_scoreable_jsonl_and_resumes(tmp_path):
                           ("strategies.beam_search=4", "must map decoding options to values")):
         with pytest.raises(ValueError, match=message):
             load_decode_config(ROOT / "configs" / "decode_topicalchat.yaml", [typo])
+
+
+def _conversations(n=12, drop=()):
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(id=f"c{c}_{t}", meta={"conversation_id": f"c{c}"}) for c in range(n) if c not in drop
+            for t in range(2)]
+
+
+def test_decoding_takes_the_held_out_conversations_training_saved(tmp_path, monkeypatch):
+    """Drawn again from the records another loader setting keeps, the split moved training
+    conversations into the test part; the groups saved with the model are taken instead."""
+    import pmi_decode.data as data
+    from pmi_decode.training_data import load_holdout, save_holdout
+
+    config = dict(_config(tmp_path), holdout={"test": 3, "eval": 2, "seed": 1}, train_split="train",
+                  data_dir=str(tmp_path))
+    monkeypatch.setattr(data, "load_dialogues", lambda *a, **k: _conversations())
+    save_holdout(tmp_path / "run", config)
+    trained_on = {r.meta["conversation_id"] for r in load_split(config, "train")}
+    monkeypatch.setattr(data, "load_dialogues", lambda *a, **k: _conversations(drop=(0, 2, 5, 7)))  # other filters
+    held = load_holdout(tmp_path / "run" / "checkpoint-4")  # a checkpoint folder finds its run's file
+    test = {r.meta["conversation_id"] for r in load_split(config, "test", held_out=held)}
+    assert test and test <= set(held["test"]) and test.isdisjoint(trained_on)
+    redrawn = {r.meta["conversation_id"] for r in load_split(config, "test")}
+    assert not redrawn.isdisjoint(trained_on)  # what drawing again would have done
+
+
+@pytest.mark.parametrize("holdout, message", [
+    ({"test": 2, "eval": 1, "sed": 5}, "unknown key 'sed' .*'seed'"),
+    ({"test": -1, "eval": 1}, "holdout.test must be a whole number"),
+    ({"test": 0.1, "eval": 1}, "holdout.test must be a whole number"),
+    ({"test": 1}, "holdout.eval must be a whole number"),
+    ({"test": 1, "eval": 1, "key": "dialog_idx"}, "holdout.key 'dialog_idx' is not in the records' meta"),
+])
+def test_a_bad_holdout_is_refused(tmp_path, monkeypatch, holdout, message):
+    import pmi_decode.data as data
+
+    monkeypatch.setattr(data, "load_dialogues", lambda *a, **k: _conversations())
+    with pytest.raises(ValueError, match=message):
+        load_split(dict(_config(tmp_path), holdout=holdout, train_split="train", data_dir=str(tmp_path)), "train")
+
+
+def test_cut_and_blank_responses_are_counted_and_duplicate_ids_refused():
+    tok, spec = _tok("llama"), InputSpec(max_target_length=5)
+    doc, history = DIALOGUES[0]
+    rows = [{"id": "a", "document": doc, "history": history, "response": "a long response with many many tokens"},
+            {"id": "b", "document": doc, "history": history, "response": "Yes."},
+            {"id": "c", "document": doc, "history": history, "response": "   "}]
+    examples = build_examples(rows, tok, is_encoder_decoder=False, spec=spec)
+    assert len(examples) == 2 and examples.num_responses_cut == 1 and examples.blank_responses == ["c"]
+    with pytest.raises(ValueError, match="record ids occur more than once"):
+        build_examples(rows + rows[:1], tok, is_encoder_decoder=False, spec=spec)
+    for bad in (0, 1, -3, "40"):
+        with pytest.raises(ValueError, match="max_target_length must be a whole number >= 2"):
+            InputSpec(max_target_length=bad)

@@ -31,6 +31,7 @@ from pmi_decode.training_data import (
     add_special_tokens,
     build_examples,
     load_split,
+    save_holdout,
     save_input_spec,
 )
 
@@ -149,6 +150,11 @@ def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, ev
     new_ids = add_special_tokens(tokenizer, model, spec.special_tokens)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if config.get("holdout") and config.get("dataset"):  # the groups held out, for decoding exactly those later
+        save_holdout(config["output_dir"], config)
+    elif config.get("dataset") and config.get("eval_split") == config.get("train_split"):
+        logger.warning("eval_split is train_split (%s) and no holdout is set: the validation loss is measured on "
+                       "training data", config["train_split"])
     if train_records is None:
         train_records = load_split(config, "train")
     if eval_records is None:
@@ -160,12 +166,15 @@ def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, ev
     train = build_examples(train_records, tokenizer, **encode)
     evals = build_examples(eval_records, tokenizer, **encode) if eval_records else None
     train_set, eval_set = train.dataset, evals.dataset if evals is not None else None
-    logger.info("train %d examples (%d truncated), eval %d", len(train_set), train.num_truncated,
-                len(eval_set) if eval_set is not None else 0)
+    logger.info("train %d examples (%d prompts and %d responses cut), eval %d", len(train_set), train.num_truncated,
+                train.num_responses_cut, len(eval_set) if eval_set is not None else 0)
     lora = config.get("lora")
     if lora:
         model = _apply_lora(model, dict(lora), new_ids, enc_dec)
     out = Path(config["output_dir"])
+    warmup = config["warmup_ratio"]
+    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0 <= warmup < 1:
+        raise ValueError(f"warmup_ratio must be a share of the training steps in [0, 1), got {warmup!r}")
     strategy = config["eval_strategy"]
     strategy = "no" if strategy in (False, None) or eval_set is None else str(strategy)  # YAML reads `no` as False
     if strategy not in ("no", "steps", "epoch"):
@@ -191,7 +200,7 @@ def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, ev
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=int(config["early_stopping_patience"])))
     trainer = Trainer(model=model, args=TrainingArguments(**args), train_dataset=train_set, eval_dataset=eval_set,
                       data_collator=DialogueCollator(tokenizer), processing_class=tokenizer, callbacks=callbacks)
-    summary = {"output_dir": str(out), "train_examples": len(train_set),
+    summary = {"output_dir": str(out), "train_examples": len(train_set), "train_responses_cut": train.num_responses_cut,
                "eval_examples": len(eval_set) if eval_set is not None else 0}
     if eval_set is not None and config.get("eval_before_training"):
         summary["eval_loss_before"] = trainer.evaluate()["eval_loss"]
