@@ -168,6 +168,15 @@ def test_faithdial_malformed_rows(tmp_path):
     (tmp_path / "train.jsonl").write_text('{"history": []}\n{oops\n')
     with pytest.raises(ValueError, match="train.jsonl: line 2"):
         load_dialogues("faithdial", "train", tmp_path)
+    row = {"history": ["Hi, who built it?"], "knowledge": "Eiffel built it.", "response": "Eiffel did."}
+    (tmp_path / "valid.json").write_text(json.dumps([dict(row, knowledge=["a", "b"])]))
+    with pytest.raises(ValueError, match=r'row 0 .*"knowledge" must be a string, got list'):
+        load_dialogues("faithdial", "valid", tmp_path)
+    # no knowledge or no response: left out and counted, not trained on as "None" or ""
+    (tmp_path / "valid.json").write_text(json.dumps([row, dict(row, knowledge=None), dict(row, response="  ")]))
+    records, report = load_dialogues("faithdial", "valid", tmp_path, return_report=True)
+    assert [r.response for r in records] == ["Eiffel did."]
+    assert report.skipped == {"no_knowledge": 1, "no_response": 1}
 
 
 def test_faithdial_hub_rows(monkeypatch):

@@ -73,16 +73,22 @@ def _records(rows, report: LoadReport, where: str) -> list[DialogueRecord]:
         history = row["history"]
         expect(isinstance(history, list) and all(isinstance(t, str) for t in history), where,
                f'row {n} (dialogue {dialog}): "history" must be a list of strings')
+        for key in ("knowledge", "response"):  # not str(None) or a list's repr as training text
+            expect(row[key] is None or isinstance(row[key], str), where,
+                   f'row {n} (dialogue {dialog}): "{key}" must be a string, got {type(row[key]).__name__}')
         turn = seen[dialog] = seen.get(dialog, -1) + 1
         rid = f"{dialog}_{turn}"
         if not history:
             report.skip("no_history", rid)
             continue
+        if not (row["knowledge"] or "").strip() or not (row["response"] or "").strip():
+            report.skip("no_knowledge" if not (row["knowledge"] or "").strip() else "no_response", rid)
+            continue
         speakers = ["seeker" if (len(history) - 1 - i) % 2 == 0 else "wizard" for i in range(len(history))]
         meta = {"speakers": speakers, "dialog_idx": dialog}
         meta.update({k: row[k] for k in META_KEYS if k in row})
-        records.append(DialogueRecord(id=rid, document=str(row["knowledge"]).strip(),
-                                      history=[t.strip() for t in history], response=str(row["response"]).strip(),
+        records.append(DialogueRecord(id=rid, document=row["knowledge"].strip(),
+                                      history=[t.strip() for t in history], response=row["response"].strip(),
                                       meta=meta))
     return records
 
