@@ -56,6 +56,17 @@ def test_pmi_faith_takes_a_built_scorer_and_its_options(tmp_path):
         DOCS, HISTS, RESPS)]  # the option mattered
 
 
+def test_options_beside_a_built_scorer_are_refused(scorer_dir, tmp_path):
+    scorer = PMIFaith(tiny_model("gpt2"), tiny_tokenizer("gpt2"))
+    with pytest.raises(ValueError, match="scorer= is a scorer built already, so scorer_options would be ignored"):
+        load("pmi_faith", tmp_path, scorer=scorer, scorer_options={"max_history_turns": 1})
+    with pytest.raises(ValueError, match="so config_name would be ignored"):
+        load("pmi_faith", tmp_path, "embedded-gemma", scorer=scorer)
+    with pytest.raises(ValueError, match="so coefficients would be ignored"):
+        load("faith_score", tmp_path, scorer=FaithScore(PMIFaith(scorer.model, scorer.tokenizer, include_eos=True),
+                                                        coefficients=COEFFICIENTS), coefficients=COEFFICIENTS)
+
+
 def test_misspelt_options_and_bad_rows_are_refused(scorer_dir, tmp_path):
     with pytest.raises(TypeError, match=r"unknown argument\(s\) \['scorer_option'\]"):
         load("pmi_faith", tmp_path, scorer_dir, scorer_option={"batch_size": 2})

@@ -62,6 +62,15 @@ def check_module_kwargs(kwargs: dict, own: Sequence[str]) -> None:
                         f"{sorted(known - {'config_name'})}")
 
 
+def check_built_scorer(scorer, **described) -> None:
+    """A built ``scorer=`` is used as it is: options that describe another scorer (a config name,
+    models, options) would be ignored, so they are refused beside it."""
+    given = sorted(name for name, value in described.items() if value not in (None, {}, "default"))
+    if scorer is not None and given:
+        raise ValueError(f"scorer= is a scorer built already, so {', '.join(given)} would be ignored: build the scorer "
+                         "with them, or pass them without scorer=")
+
+
 def columns(rows: Sequence[dict], keys: Sequence[str]) -> dict:
     """Per-example values as one list per key (the shape evaluate modules return)."""
     return {key: [row.get(key) for row in rows] for key in keys}

@@ -113,8 +113,9 @@ class FaithModel:
         if isinstance(source, dict):
             return cls(source)
         path = Path(source)
-        if not path.suffix:
-            packaged = resources.files("pmi_decode.metrics") / "faith_score_coefficients" / f"{source}.json"
+        if not path.suffix:  # a scorer's name; a hub id's "/" is "_" in the file name
+            packaged = (resources.files("pmi_decode.metrics") / "faith_score_coefficients"
+                        / f"{str(source).replace('/', '_')}.json")
             if not packaged.is_file():
                 available = sorted(p.name[:-5] for p in (resources.files("pmi_decode.metrics") / "faith_score_coefficients").iterdir()
                                    if p.name.endswith(".json"))
@@ -173,7 +174,7 @@ class FaithScore:
             raise ValueError("with a loaded PMIFaith, pass coefficients= (a packaged scorer name such as "
                              "'embedded', a JSON path or a dict) fitted with that same scorer")
         # The coefficients first: a missing file fails before a model is loaded.
-        self.model = FaithModel.load(coefficients if coefficients is not None else str(scorer_model).replace("/", "_"))
+        self.model = FaithModel.load(coefficients if coefficients is not None else str(scorer_model))
         fitted_for = self.model.spec["scorer_model"]
         if not loaded and scorer_model != fitted_for:  # a loaded scorer has no name to compare: the caller's word
             raise ValueError(f"the coefficients were fitted with scorer {fitted_for!r}, not {scorer_model!r}: a "

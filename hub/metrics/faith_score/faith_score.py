@@ -3,7 +3,7 @@
 import evaluate
 
 from pmi_decode.metrics.evaluate_modules import (
-    PMI_CITATION, cache_safe_name, check_module_kwargs, columns, dialogue_metric_info, mean,
+    PMI_CITATION, cache_safe_name, check_built_scorer, check_module_kwargs, columns, dialogue_metric_info, mean,
 )
 
 _DESCRIPTION = """\
@@ -38,6 +38,8 @@ class FaithScore(evaluate.Metric):
     def __init__(self, config_name=None, *, scorer=None, coefficients=None, sentence_encoder=None,
                  scorer_options=None, **kwargs):
         check_module_kwargs(kwargs, ("config_name", "scorer", "coefficients", "sentence_encoder", "scorer_options"))
+        check_built_scorer(scorer, config_name=config_name, coefficients=coefficients, sentence_encoder=sentence_encoder,
+                           scorer_options=scorer_options)
         self.scorer_model = config_name or "embedded"
         self._scorer = scorer
         self._options = dict(coefficients=coefficients, sentence_encoder=sentence_encoder, **(scorer_options or {}))

@@ -3,7 +3,7 @@
 import evaluate
 
 from pmi_decode.metrics.evaluate_modules import (
-    PMI_CITATION, cache_safe_name, check_module_kwargs, columns, dialogue_metric_info, mean,
+    PMI_CITATION, cache_safe_name, check_built_scorer, check_module_kwargs, columns, dialogue_metric_info, mean,
 )
 
 _DESCRIPTION = """\
@@ -39,6 +39,7 @@ KEYS = ("cpmi_mean", "cpmi_sum", "upmi_mean", "upmi_sum", "num_tokens", "truncat
 class PmiFaith(evaluate.Metric):
     def __init__(self, config_name=None, *, scorer=None, scorer_options=None, **kwargs):
         check_module_kwargs(kwargs, ("config_name", "scorer", "scorer_options"))
+        check_built_scorer(scorer, config_name=config_name, scorer_options=scorer_options)
         self.scorer_model = config_name or "embedded"
         self._scorer, self._scorer_options = scorer, dict(scorer_options or {})
         super().__init__(config_name=cache_safe_name(self.scorer_model), **kwargs)

@@ -3,7 +3,7 @@
 import evaluate
 
 from pmi_decode.metrics.evaluate_modules import (
-    Q2_CITATION, cache_safe_name, check_module_kwargs, columns, dialogue_metric_info, mean,
+    Q2_CITATION, cache_safe_name, check_built_scorer, check_module_kwargs, columns, dialogue_metric_info, mean,
 )
 
 _DESCRIPTION = """\
@@ -42,6 +42,7 @@ class Q2(evaluate.Metric):
     def __init__(self, config_name=None, *, scorer=None, spacy_model=None, qg=None, qa=None, nli=None,
                  q2_options=None, **kwargs):
         check_module_kwargs(kwargs, ("config_name", "scorer", *COMPONENTS, "q2_options"))
+        check_built_scorer(scorer, **dict(zip(COMPONENTS, (spacy_model, qg, qa, nli))), q2_options=q2_options)
         if config_name not in (None, "default"):
             raise ValueError(f"q2 has one configuration, 'default', not {config_name!r}: choose its models with "
                              "spacy_model=, qg=, qa=, nli=")
