@@ -444,4 +444,6 @@ def main(argv=None) -> dict | None:
 
 
 if __name__ == "__main__":
-    main()
+    from pmi_decode.config import run_script
+
+    raise SystemExit(run_script(main))

@@ -36,4 +36,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from pmi_decode.config import run_script
+
+    raise SystemExit(run_script(main))

@@ -204,4 +204,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from pmi_decode.config import run_script
+
+    raise SystemExit(run_script(main))

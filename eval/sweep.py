@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import sys
 
 
 def parse_args(argv=None):
@@ -40,4 +39,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pmi_decode.config import run_script
+
+    raise SystemExit(run_script(main))

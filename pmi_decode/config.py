@@ -58,3 +58,25 @@ def load_config(defaults: dict, path=None, overrides=()) -> dict:
     for assignment in overrides:
         apply_override(config, assignment, defaults)
     return config
+
+
+def run_script(main, argv=None) -> int:
+    """Run a script's ``main(argv)`` as a command: an error in what the caller gave (a config, a
+    file, a model name: ``ValueError``, ``OSError``, ``RuntimeError``) is one line on stderr and
+    exit status 1, as ``pmi-decode`` reports them, not a traceback; Ctrl-C says how to resume.
+    ``PMI_DECODE_TRACEBACK=1`` shows the traceback."""
+    import os
+    import sys
+
+    name = Path(sys.argv[0]).name
+    try:
+        result = main(argv)
+    except (ValueError, OSError, RuntimeError) as err:
+        if os.environ.get("PMI_DECODE_TRACEBACK") == "1":
+            raise
+        print(f"{name}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    return result if isinstance(result, int) else 0

@@ -172,6 +172,31 @@ def test_scripts_import_only_the_installed_package(path):
     assert not script_problems(path), f"{path.relative_to(ROOT)}: " + "; ".join(script_problems(path))
 
 
+ENTRY_POINTS = sorted([*(ROOT / "eval").glob("*.py"), *(ROOT / "training").glob("*.py")])
+
+
+@pytest.mark.parametrize("path", ENTRY_POINTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_entry_points_report_errors_in_one_line(path):
+    """eval/ and training/ entry points run main through pmi_decode.config.run_script, so a bad
+    config or file is one line on stderr, as with pmi-decode, not a traceback."""
+    text = path.read_text(encoding="utf-8")
+    if '__name__ == "__main__"' in text:
+        assert "run_script(main)" in text.split('__name__ == "__main__"', 1)[1], path.relative_to(ROOT)
+
+
+def test_run_script_prints_one_line_and_sets_the_exit_status(capsys, monkeypatch):
+    from pmi_decode.config import run_script
+
+    def bad(argv=None):
+        raise ValueError("holdout: unknown key 'sed'")
+
+    assert run_script(bad) == 1 and "error: holdout: unknown key 'sed'" in capsys.readouterr().err
+    assert run_script(lambda argv=None: {"done": 1}) == 0 and run_script(lambda argv=None: 3) == 3
+    monkeypatch.setenv("PMI_DECODE_TRACEBACK", "1")
+    with pytest.raises(ValueError):
+        run_script(bad)
+
+
 def test_the_public_api_names_only_public_things():
     import pmi_decode
 
