@@ -91,14 +91,18 @@ def load_checkpoint(checkpoint: str, device=None):
 
     path = Path(checkpoint)
     if (path / "adapter_config.json").is_file():
-        from peft import AutoPeftModelForCausalLM, AutoPeftModelForSeq2SeqLM
-        from transformers import AutoTokenizer
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
         adapter = json.loads((path / "adapter_config.json").read_text())
-        cls = AutoPeftModelForSeq2SeqLM if adapter.get("task_type") == "SEQ_2_SEQ_LM" else AutoPeftModelForCausalLM
-        model = cls.from_pretrained(path).merge_and_unload().eval()
         tok_dir = path if (path / "tokenizer_config.json").is_file() else path.parent
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        cls = AutoModelForSeq2SeqLM if adapter.get("task_type") == "SEQ_2_SEQ_LM" else AutoModelForCausalLM
+        base = cls.from_pretrained(adapter["base_model_name_or_path"])
+        # the run added special tokens: the base gets their rows before the adapter's trained ones load
+        if len(tokenizer) != base.get_input_embeddings().num_embeddings:
+            base.resize_token_embeddings(len(tokenizer))
+        model = PeftModel.from_pretrained(base, path).merge_and_unload().eval()
         if not model.config.is_encoder_decoder:
             tokenizer.padding_side = "left"
         spec = load_input_spec(path) or load_input_spec(path.parent)

@@ -375,3 +375,24 @@ def test_cut_and_blank_responses_are_counted_and_duplicate_ids_refused():
     for bad in (0, 1, -3, "40"):
         with pytest.raises(ValueError, match="max_target_length must be a whole number >= 2"):
             InputSpec(max_target_length=bad)
+
+
+def test_a_lora_runs_adapter_folder_decodes_as_its_merged_model(tmp_path):
+    """The adapter folder has no tokenizer of its own; loaded on its base, the base needs the rows of
+    the run's special tokens first (peft left them out: an IndexError at the first new token)."""
+    from pmi_decode.testing import saved_tiny_model
+
+    base = saved_tiny_model(tmp_path / "base", "llama")
+    train, evals = _records()
+    config = _config(tmp_path, model=base, max_steps=2, lora={"r": 4, "alpha": 8, "dropout": 0.0,
+                                                               "target_modules": "all-linear"})
+    out = Path(finetune(config, train_records=train, eval_records=evals)["output_dir"])
+    spec_ = importlib.util.spec_from_file_location("decode_script", ROOT / "eval" / "decode.py")
+    script = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(script)
+    merged, tok, spec = script.load_checkpoint(str(out))
+    adapted, tok2, spec2 = script.load_checkpoint(str(out / "adapter"))
+    assert len(tok2) == len(tok) and spec2 == spec
+    ids = tok(["<knowledge> a fact <user> hi <agent>"], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.allclose(adapted(ids).logits, merged(ids).logits, atol=1e-5)
