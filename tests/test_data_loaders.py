@@ -257,3 +257,30 @@ def test_loaders_return_a_dataset_with_declared_features(name, split, data_dir):
     assert len(dataset) == len(records)
     back = rows_of(dataset)
     assert [DialogueRecord(**row) for row in back] == records  # meta read back from its JSON string
+
+
+def test_malformed_reading_sets_and_spans_name_the_entry(tmp_path):
+    """A reading set that is not an object, a span without text, references that are not objects:
+    a ValueError naming the file and the entry, not an AttributeError or KeyError from inside."""
+    import shutil
+
+    tc = tmp_path / "tc"
+    shutil.copytree(FIX / "topicalchat", tc)
+    sets_file = next((tc / "reading_sets").rglob("valid_rare.json"))
+    sets = json.loads(sets_file.read_text())
+    first = next(iter(sets))
+    sets[first] = ["not", "an", "object"]
+    sets_file.write_text(json.dumps(sets))
+    with pytest.raises(ValueError, match=f'reading set "{first}": expected an object'):
+        load_dialogues("topicalchat", "validation", tc)
+    md = tmp_path / "md"
+    shutil.copytree(FIX / "multidoc2dial", md)
+    doc_file = md / "multidoc2dial_doc.json"
+    docs = json.loads(doc_file.read_text())
+    domain = next(iter(docs["doc_data"]))
+    doc_id = next(iter(docs["doc_data"][domain]))
+    span = next(iter(docs["doc_data"][domain][doc_id]["spans"]))
+    del docs["doc_data"][domain][doc_id]["spans"][span]["text_sp"]
+    doc_file.write_text(json.dumps(docs))
+    with pytest.raises(ValueError, match=f'document "{doc_id}": span .* has no "text_sp" text'):
+        load_dialogues("multidoc2dial", "train", md)

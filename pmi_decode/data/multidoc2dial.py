@@ -41,6 +41,9 @@ def read_documents(path: Path) -> dict:
         for doc_id, doc in by_id.items():
             expect(isinstance(doc, dict) and isinstance(doc.get("spans"), dict), path,
                    f'document "{doc_id}" has no "spans" object')
+            bad = [sp for sp, span in doc["spans"].items()
+                   if not isinstance(span, dict) or not isinstance(span.get("text_sp"), str)]
+            expect(not bad, path, f'document "{doc_id}": span {bad[:1]} has no "text_sp" text')
             docs[doc_id] = doc["spans"]
     return docs
 
@@ -51,6 +54,8 @@ def _merge_turns(turns: list[dict], path: Path, dial_id: str) -> tuple[list[dict
         expect(isinstance(turn, dict) and turn.get("role") in ("user", "agent") and isinstance(turn.get("utterance"), str),
                path, f'dialogue "{dial_id}" turn {i}: needs "role" (user|agent) and "utterance"')
         refs = turn.get("references") or []
+        expect(isinstance(refs, list) and all(isinstance(r, dict) for r in refs), path,
+               f'dialogue "{dial_id}" turn {i}: "references" must be a list of objects')
         if merged and merged[-1]["role"] == turn["role"]:
             last = merged[-1]
             last["utterance"] = f'{last["utterance"].strip()} {turn["utterance"].strip()}'

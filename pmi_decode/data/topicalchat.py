@@ -66,6 +66,8 @@ class _Knowledge:
         if entry is None:
             self.report.missing("reading_set", conv_id)
             return []
+        expect(isinstance(entry, dict) and all(isinstance(entry.get(k) or {}, dict) for k in (agent, "article")),
+               self.path, f'reading set "{conv_id}": expected an object whose "{agent}" and "article" are objects')
         if re.fullmatch(r"FS\d", source):
             section = (entry.get(agent) or {}).get(source)
             if not isinstance(section, dict):
