@@ -779,7 +779,7 @@ def test_names_beside_their_roles_and_numbers_in_words(response, wrong):
 
 HOURS = ("The library is open from 9 am to 8 pm on weekdays and from 10 am to 4 pm on Saturdays. Members can "
          "borrow up to 12 books for 3 weeks. The pool is 25 metres long. Doors open at 7:00 pm and the talk "
-         "starts at 7:45 pm.")
+         "starts at 7:45 pm. A day pass costs $7.50 to buy.")
 
 
 @pytest.mark.parametrize("response, reason", [
@@ -797,6 +797,10 @@ HOURS = ("The library is open from 9 am to 8 pm on weekdays and from 10 am to 4 
     ("You can borrow 12 books for 3 months.", "counted noun"),
     ("You can borrow 12 books for 3 weeks.", None),
     ("The pool is 25 feet long.", "counted noun"),
+    # another currency than the document's at every place it states the amount
+    ("Entry costs £7.50.", "another currency"),
+    ("Entry costs 7.50 euros.", "another currency"),
+    ("Entry costs 7.50 dollars.", None),
 ])
 def test_times_ranges_and_measures_are_read_as_the_document_states_them(response, reason):
     wrong = wrong_facts(HOURS, ["Can you tell me about it?"], response)

@@ -570,6 +570,8 @@ def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> s
             return "counted noun"
     elif noun is not None and all(_other_measure_follows(doc_sentences[s], noun, hi) for s, (_, hi) in places):
         return "counted noun"  # "for 3 months" where the document says "for 3 weeks" at every 3
+    if numeric and _another_currency(parsed, spans[k], places, doc_sentences):
+        return "another currency"  # "£7.50" where the document says "$7.50" at every 7.50
     if units[k]["label"] == "ORDINAL":
         return None  # "the first train": an ordinal word pairs with nothing
     mates = _clause_units(parsed, spans, k)
@@ -626,6 +628,24 @@ _MEASURES = tuple(frozenset(words.split()) for words in (
     "gram grams kg kilogram kilograms pound pounds lb lbs ounce ounces oz tonne tonnes ton tons",
     "millilitre millilitres milliliter milliliters ml litre litres liter liters gallon gallons pint pints",
 ))
+
+
+_CURRENCIES = frozenset({"$", "€", "£"})
+
+
+def _another_currency(parsed, span, places, doc_sentences) -> bool:
+    """Whether the response gives its amount one currency (a sign or its word beside the number)
+    and every document occurrence of the amount another."""
+    said = {sign for t in parsed[max(0, span[0] - 1):span[1] + 2] for sign in _signs(_token_forms(t))} & _CURRENCIES
+    if len(said) != 1:
+        return False
+    for s, (lo, hi) in places:
+        sentence = doc_sentences[s]
+        near = {sign for j in range(max(0, lo - 1), min(len(sentence), hi + 2)) if sentence[j] is not _BREAK
+                for sign in _signs(sentence[j])} & _CURRENCIES
+        if not near or near & said:
+            return False
+    return True
 
 
 def _other_measure_follows(sentence: tuple, noun: tuple, hi: int) -> bool:
