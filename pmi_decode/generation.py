@@ -330,6 +330,10 @@ class _Plan:
     def _refuse(self, model, cond: dict, uncond: dict) -> None:
         """What neither path can run exactly: the message names the option and the fix."""
         # the prompts themselves (device, shape, padding) are checked by prompt_checks.checked_pair
+        for name in ("num_beams", "num_return_sequences"):
+            value = getattr(self.config, name, None)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
         if self.config.use_cache is False:
             raise ValueError("use_cache=False is not supported: PMIDecode follows generate's KV cache from step to "
                              "step (and the tokens do not depend on it); drop use_cache=False")

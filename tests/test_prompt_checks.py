@@ -109,11 +109,12 @@ def test_float_and_bool_masks_decode_as_integer_masks(kind):
         assert torch.equal(pmi_generate(model, masks, **PAPER, num_beams=2, **NEW), want), dtype
 
 
-def test_path_flags_must_be_booleans():
+def test_path_flags_and_counts_are_checked():
     model, inputs = setup("llama")
     for flags, message in ((dict(paired="no"), "paired must be True, False or None"),
                            (dict(paired=0), "paired must be True, False or None"),
-                           (dict(share_prompt=None), "share_prompt must be True or False")):
+                           (dict(share_prompt=None), "share_prompt must be True or False"),
+                           (dict(num_beams=0), "num_beams must be a whole number >= 1")):
         with pytest.raises(ValueError, match=message):
             pmi_generate(model, inputs, **PAPER, **flags, **NEW)
 
