@@ -210,7 +210,13 @@ def _load(args):
 def _run_options(args) -> dict:
     """What ``generate`` passes to ``decode_records`` besides the config, and stores with it (one
     place, so the one-process and the sharded runs decode, and save settings, alike)."""
-    return dict(compare=args.compare, model_name=args.model, extra_settings={"dtype": args.dtype})
+    import torch
+
+    from .models import _parse_dtype
+
+    # float32 is what no --dtype loads: stored as no choice, so a rerun that names it resumes
+    dtype = None if args.dtype is None or _parse_dtype(args.dtype) == torch.float32 else args.dtype
+    return dict(compare=args.compare, model_name=args.model, extra_settings={"dtype": dtype})
 
 
 def _run_generate(args) -> int:

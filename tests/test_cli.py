@@ -130,6 +130,16 @@ def test_a_sampling_run_resumed_inside_a_batch_draws_what_an_uninterrupted_run_d
     assert _read(partial) == reference
 
 
+def test_naming_the_default_dtype_resumes_a_run_that_did_not(tmp_path, llama_dir, capsys):
+    inp = _write_input(tmp_path / "in.jsonl", _records(2))
+    out = str(tmp_path / "out.jsonl")
+    assert _gen(llama_dir, inp, out, "--num-beams", "1") == 0
+    assert _gen(llama_dir, inp, out, "--num-beams", "1", "--dtype", "float32") == 0  # the same run
+    assert "nothing to do" in capsys.readouterr().out or len(_read(out)) == 2
+    assert _gen(llama_dir, inp, out, "--num-beams", "1", "--dtype", "bfloat16") == 1  # another one
+    assert "dtype" in capsys.readouterr().err
+
+
 def test_resume_with_everything_done_does_not_load_the_model(tmp_path, llama_dir, capsys):
     model_dir = tmp_path / "model"
     shutil.copytree(llama_dir, model_dir)
