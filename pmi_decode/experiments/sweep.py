@@ -352,13 +352,14 @@ def _read_json_lines(path: Path) -> list[dict]:
     return rows
 
 
-def _generation_done(path: Path, settings: dict) -> bool:
+def _generation_done(path: Path, settings: dict, *, say: bool = True) -> bool:
     if not path.is_file():
         return False
     rows = _read_json_lines(path)
     if rows and rows[0].get("sweep_settings") == settings:
         return True
-    logger.warning("%s was made with other settings; decoding it again", path)
+    if say:  # once per cell: the plan asks first (say=False), the decoding says it
+        logger.warning("%s was made with other settings; decoding it again", path)
     return False
 
 
@@ -900,7 +901,7 @@ def run_sweep(config: SweepConfig, *, stages: Sequence[str] = ("generate", "scor
     processes = processes or process_group()
     mine = shard_units(config.cells, processes.index, processes.count)
     pending = [c for c in mine if not _generation_done(
-        cell_paths(config.output_dir, c)["generations"], config.generation_settings(c.method))] \
+        cell_paths(config.output_dir, c)["generations"], config.generation_settings(c.method), say=False)] \
         if "generate" in stages else []
     unscored = [c for c in mine if not _score_done(cell_paths(config.output_dir, c)["scores"],
                                                    config.scoring_settings(), config.generation_settings(c.method))]
@@ -980,6 +981,7 @@ def run_sweep_command(args) -> int:
     result = run_sweep(config, stages=stages, progress=not getattr(args, "quiet", False))
     if result is not None:
         print(result["table"])
-        print(f"best cells: {json.dumps(result['best'])}")
+        print(f"best cells: {json.dumps(result['best'])}" if result["best"] else
+              "best cells: none (table5.md says why under each method)")
         print("files:\n  " + "\n  ".join(result["files"]))
     return 0
