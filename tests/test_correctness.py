@@ -292,6 +292,7 @@ ABSTENTION_FLOORS = [
                                                  # (the rules before this release's changes: 1.00 / 0.45); then read
     ("abstention_seventeenth.jsonl", 0.9, 0.8),  # an eleventh, run once: 0.94 / 0.80 (0.94 / 0.75 before the
                                                  # sixteenth's changes, 0.92 / 0.60 before this release's)
+    ("fact_integrity_nineteenth.jsonl", 0.9, 0.95),  # its 25 abstentions among 169 responses, run once: 0.96 / 1.00
 ]
 
 
@@ -371,6 +372,8 @@ WRONG_FACT_FLOORS = [
     ("fact_integrity_sixteenth.jsonl", 0.55, 0.7),   # a sixth annotator, run once before and after: 0.565 / 0.65, 0.60 / 0.75
     ("fact_integrity_seventeenth.jsonl", 0.55, 0.7),  # a seventh, after every change, run once: 0.58 / 0.70 (before 0.545 / 0.60)
     ("fact_integrity_eighteenth.jsonl", 0.55, 0.85),  # an eighth, run once: 0.60 / 0.90 (before this release 0.57 / 0.85)
+    ("fact_integrity_nineteenth.jsonl", 0.65, 0.7),   # a ninth, 169 cases: 0.60 / 0.64 at first; read, and times of
+                                                      # day, ranges, measures and currencies widened on it: 0.68 / 0.73
 ]
 
 
@@ -805,3 +808,23 @@ HOURS = ("The library is open from 9 am to 8 pm on weekdays and from 10 am to 4 
 def test_times_ranges_and_measures_are_read_as_the_document_states_them(response, reason):
     wrong = wrong_facts(HOURS, ["Can you tell me about it?"], response)
     assert [u["reason"] for u in wrong][:1] == ([reason] if reason else []), wrong
+
+
+CLOCKS = "The school day runs from 8:50 to 15:20. The 08:41 train is the last one. The bar opens at 9 pm."
+
+
+@pytest.mark.parametrize("response, wrong", [
+    ("School finishes at 3:20 pm.", False),      # 15:20 on a 12-hour clock
+    ("School finishes at 3:20.", False),         # a time that says neither half of the day
+    ("School finishes at 3:20 am.", True),
+    ("School starts at 8:50 am.", False),        # the document's 8:50 says neither
+    ("The last train is the 8:41.", False),      # 08:41 without its leading zero
+    ("The last train is the 20:41.", True),      # 08:41 is a 24-hour time
+    ("The last train is the 8:41 pm.", True),
+    ("The bar opens at 21:00.", False),
+    ("The bar opens at 9 in the evening.", False),
+    ("The bar opens at 9 am.", True),
+])
+def test_times_of_day_match_across_clocks_and_not_across_halves_of_the_day(response, wrong):
+    found = wrong_facts(CLOCKS, ["When?"], response)
+    assert bool(found) == wrong, found

@@ -109,7 +109,7 @@ def _source_forms(text: str, nlp) -> frozenset:
     forms = set()
     for token in nlp(text):
         if any(ch.isalnum() for ch in token.text):
-            forms |= _forms(token)
+            forms |= _forms(token) | (_clock_forms(token, stated=True) or set())
             for part in re.findall(r"\w+", token.text.lower()):  # "1950s" also offers "1950s", hyphen parts
                 forms.add(part)
                 forms.add(_stem(part))
@@ -127,6 +127,9 @@ def _key_forms(token, in_entity: bool) -> tuple[str, ...] | None:
     value = number_value(text) or (_ORDINAL_WORDS.get(text) if in_entity else None)
     if value is not None:
         return ("#" + value,)
+    clock = _clock_forms(token, stated=False)
+    if clock is not None:  # a time of day matches by its value too ("8:41" is "08:41")
+        return tuple(sorted(clock))
     if token.is_stop:
         return None
     return tuple({text, (token.lemma_ or text).lower(), _stem(text)})
@@ -164,7 +167,7 @@ def fact_units(response: str, nlp, *, drop_vague: bool = False, clock_times: boo
         if clock_times and _CLOCK_TIME.match(token.text):  # "7:00" outside every entity: a time all the same
             units.append({"text": token.text, "start": token.idx, "end": token.idx + len(token.text),
                           "label": "TIME", "numeric": True,
-                          "keys": [(key,) for key in _number_keys(token.text)]})
+                          "keys": _number_keys(token)})
         elif (token.pos_ == "PROPN" or is_number) and not _is_bare_one(token):
             keys = _key_forms(token, False)
             if keys is not None:
@@ -304,20 +307,66 @@ def _scaled(number: str, scale: str) -> str:
     return str(int(whole + fraction.ljust(digits, "0")[:digits]) if len(fraction) <= digits else number)
 
 
-def _number_keys(text: str) -> list[str]:
-    """The number forms of a token: each number's value; a clock time ("7:45") its time as one
-    value, so that it offers no bare hour (7:45 pm is not 7 pm), "7:00" the hour alone."""
-    if _CLOCK_TIME.match(text):
-        hour, minutes = text.split(":")
-        return ["#" + (hour.lstrip("0") or "0") + ("" if minutes == "00" else ":" + minutes)]
-    return ["#" + number_value(n) for n in _NUMBER_IN_TOKEN.findall(text)]
+_TIME_OF_DAY = re.compile(r"(\d{1,2})(?:([:.])(\d{2}))?(am|pm|a\.m\.|p\.m\.)?", re.IGNORECASE)
+
+
+_HALF_OF_DAY = {"morning": "am", "afternoon": "pm", "evening": "pm", "night": "pm"}
+
+
+def _half_of_day(token) -> str | None:
+    """am or pm where the words after a time say it: "pm", "p.m.", "in the evening"."""
+    after = [t.text.lower() for t in token.doc[token.i + 1: token.i + 4]]
+    if after[:1] and after[0] in _CLOCK_WORDS:
+        return after[0]
+    if after[:2] == ["in", "the"] and len(after) == 3 and after[2] in _HALF_OF_DAY:
+        return _HALF_OF_DAY[after[2]]
+    return None
+
+
+def _clock_forms(token, *, stated: bool) -> set[str] | None:
+    """A time of day's values, or None if the token is none: "7:45", "07:45", "7.45 pm", "9pm",
+    "4 in the afternoon". With am or pm, and on a 24-hour clock ("16:15", "08:41"), a time is its
+    24-hour value ("@20:41": 8:41 pm is not 08:41); one that says neither ("4:15") is its 12-hour
+    reading ("#4:15~"). A document's time (``stated``) offers both readings where it has them, both
+    halves of the day where it says neither, and the hour as a number where it is on the hour
+    ("4pm" offers 4), so "4:15" matches "4:15 pm" and "16:15", "until 4" matches "until 4pm", and
+    "4:15 am" matches neither."""
+    match = _TIME_OF_DAY.fullmatch(token.text.lower())
+    if match is None:
+        return None
+    text_hour, separator, minutes, half = match.group(1), match.group(2), match.group(3) or "00", match.group(4)
+    half = half or _half_of_day(token)
+    if half is None and separator != ":":
+        return None  # "9" or "6.30" alone is a number, not a time
+    hour = int(text_hour)
+    if hour > 24 or int(minutes) > 59:
+        return None
+    twelve = f"#{hour % 12 or 12}:{minutes}~"
+    written = {f"#{hour}"} if stated and minutes == "00" else set()
+    if half is not None:
+        day = hour % 12 + (12 if half.startswith("p") else 0)
+        return {f"@{day}:{minutes}"} | ({twelve} | written if stated else set())
+    if hour > 12 or hour == 0 or text_hour.startswith("0"):  # a 24-hour clock
+        return {f"@{hour}:{minutes}"} | ({twelve} | written if stated else set())
+    # neither: a response's is its 12-hour reading; a document's may be either half of the day
+    return {twelve, f"@{hour}:{minutes}", f"@{hour + 12}:{minutes}"} | written if stated else {twelve}
+
+
+def _number_keys(token) -> list[tuple]:
+    """A response token's number keys, each a tuple of the forms that match it: a time of day its
+    time (:func:`_clock_forms`; "7:45 pm" offers no bare 7), any other number its value."""
+    clock = _clock_forms(token, stated=False)
+    if clock is not None:
+        return [tuple(clock)]
+    return [("#" + number_value(n),) for n in _NUMBER_IN_TOKEN.findall(token.text)]
 
 
 def _token_forms(token) -> frozenset:
     if token.text in _SIGN_WORDS:
         return frozenset({token.text, *_SIGN_WORDS[token.text]})
-    if _CLOCK_TIME.match(token.text):
-        return frozenset({token.text, *_number_keys(token.text)})
+    clock = _clock_forms(token, stated=True)
+    if clock is not None:
+        return frozenset({token.text, *clock})
     forms = _forms(token)
     # a decimal or thousands-separated number stays whole ("12.50" offers no 12), words split ("six-week")
     for part in re.findall(r"\d+(?:[.,]\d+)*|[^\W\d_]+|\d+|_+", token.text.lower()):
@@ -383,7 +432,7 @@ def _unit_keys(unit: dict, tokens) -> list[tuple]:
     "10 am", "1320 square kilometres" = "1,320 km²"); another unit its key words, with sign
     words ("dollars" also matches "$")."""
     if unit["numeric"]:
-        values = [(key,) for t in tokens for key in _number_keys(t.text)]
+        values = [key for t in tokens for key in _number_keys(t)]
         values += [("#" + number_value(t.text),) for t in tokens if not any(ch.isdigit() for ch in t.text)
                    and number_value(t.text) is not None]
         if values:  # and the days and months that name it ("10 am to *Wednesday*", "19 *April*")
@@ -487,7 +536,7 @@ _WORKED_OUT_CUES = re.compile(r"\b(?:in total|total(?:s|ling|led)?|altogether|al
 
 
 def _amount(form: str) -> bool:
-    """A number form that is an amount (not a clock time, "#7:45")."""
+    """A number form that is an amount (not a time of day, "#7:45~")."""
     return form.startswith("#") and ":" not in form
 
 
