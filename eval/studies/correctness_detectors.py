@@ -33,6 +33,8 @@
         > docs/results/correctness/detectors_7526af9.json           # before the sixteenth abstention set's changes
     python eval/studies/correctness_detectors.py --rules-of eed18b8 \
         > docs/results/correctness/detectors_eed18b8.json           # before worked-out values
+    python eval/studies/correctness_detectors.py --rules-of 0c8664c \
+        > docs/results/correctness/detectors_0c8664c.json           # before the nineteenth set's changes
 
 The sets, in the order they were written (tests/fixtures/correctness/): a development set the
 rules were tuned on, a second set looked at once (the number-word and abstention rules were
@@ -116,6 +118,9 @@ WRONG_FACT_SETS = [
      "fact_integrity_seventeenth.jsonl"),
     ("eighteenth set (written by an eighth annotator who had not seen the rules; run once with the rules of cf783e6 "
      "(0.567 / 0.85), of eed18b8 (0.60 / 0.90) and with the worked-out values)", "fact_integrity_eighteenth.jsonl"),
+    ("nineteenth set (169 responses over 26 documents, written by a ninth annotator who had not read the rules; "
+     "run with the rules of 0c8664c, then read and the time-of-day, range, measure and currency rules widened "
+     "on its errors)", "fact_integrity_nineteenth.jsonl"),
 ]
 ABSTENTION_SETS = [
     ("dev (written first; the rules were tuned on it)", "abstention_labels.jsonl"),
@@ -179,6 +184,8 @@ ABSTENTION_SETS = [
     ("seventeenth set (written by an eleventh annotator who had not seen the rules; run once with the rules of "
      "cf783e6 (0.923 / 0.60), of 7526af9 (0.938 / 0.75) and with the sixteenth set's changes)",
      "abstention_seventeenth.jsonl"),
+    ("the nineteenth wrong-fact set's 25 abstentions among its 169 responses (a ninth annotator; run once)",
+     "fact_integrity_nineteenth.jsonl"),
 ]
 
 
