@@ -516,6 +516,7 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
                    conditional_end=conditional_end, plausibility=plausibility, pmi_cap=pmi_cap, packed=packed)
     if final_choice == "model" and alpha != 0.0:  # with alpha 0 beam search already ranks by the model
         cond, uncond = checked_pair(inputs, model)
+        inputs = {"conditional": cond, "unconditional": uncond}  # checked: the path below takes them as they are
         config = _Plan(model, cond, uncond, generate_kwargs).config
         beams = int(config.num_beams or 1)
         if beams > 1:  # every finished hypothesis back, scored as they were searched, then the model's pick

@@ -20,12 +20,23 @@ from .model_calls import left_padded, model_device, padding_id, right_padded
 __all__ = ["checked_prompts", "checked_pair"]
 
 
+class _Checked(dict):
+    """A batch :func:`checked_prompts` returned, with what it was checked for: the paths hand it on
+    (``pmi_generate`` to ``PMIDecode`` and the packed rows), and each check reads the device."""
+
+    def __init__(self, data: dict, model, document_free: bool):
+        super().__init__(data)
+        self.checked_for = (id(model), document_free)
+
+
 def checked_prompts(part, name: str, model, *, document_free: bool) -> dict:
     """``part`` (``input_ids`` and ``attention_mask``) checked for ``model``, as a new dict with a
     0/1 integer mask. ``name`` is how the caller knows the batch (the messages use it);
     ``document_free``: the prompts without the document, whose padding may be moved (see above).
     A prompt with the document keeps its layout, except that a decoder-only one padded on the
     right is refused: ``generate`` would read each padded row's first token at a padding position."""
+    if isinstance(part, _Checked) and part.checked_for == (id(model), document_free):
+        return part  # checked already for this model and role (the tensors are the ones checked)
     if not hasattr(part, "keys") or "input_ids" not in part or "attention_mask" not in part:
         raise ValueError(f"{name} must be a dict with 'input_ids' and 'attention_mask'")
     ids, mask = part["input_ids"], part["attention_mask"]
@@ -60,7 +71,7 @@ def checked_prompts(part, name: str, model, *, document_free: bool) -> dict:
             raise ValueError(f"{name} is padded on the right (rows {rows[:8]} end in padding): a decoder-only model "
                              "reads the next token at the last position, so pad on the left "
                              "(tokenizer.padding_side = 'left', as build_inputs does)")
-    return {"input_ids": ids, "attention_mask": mask}
+    return _Checked({"input_ids": ids, "attention_mask": mask}, model, document_free)
 
 
 def checked_pair(inputs, model) -> tuple[dict, dict]:
