@@ -301,8 +301,7 @@ def markdown(report: dict) -> str:
 def check_metric_options(entries) -> None:
     """Each metric's options are ones it reads: a misspelt one (``include_eoss``) is refused by
     name, not ignored while the metric scores with the default."""
-    import difflib
-
+    from pmi_decode.config import unknown_name_error
     from pmi_decode.metrics.registry import metric_options
 
     for entry in entries:
@@ -310,9 +309,7 @@ def check_metric_options(entries) -> None:
         if known is None:  # a metric of the caller's that does not say what it reads
             continue
         for key in sorted(set(entry.get("options") or {}) - known):
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            raise ValueError(f"metric {entry['name']!r}: unknown option {key!r}"
-                             + (f" (did you mean {close[0]!r}?)" if close else f"; it reads {sorted(known)}"))
+            raise unknown_name_error(f"metric {entry['name']!r}", "option", key, known)
 
 
 def main(argv=None) -> dict | None:

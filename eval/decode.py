@@ -59,7 +59,7 @@ def load_config(path=None, overrides=()) -> dict:
 def check_strategies(strategies) -> None:
     """Each strategy a mapping of decoding options: a misspelt one (``num_beam``) is refused by
     name, not left out while the strategy runs with the default."""
-    import difflib
+    from pmi_decode.config import unknown_name_error
 
     if not isinstance(strategies, dict) or not strategies:
         raise ValueError(f"strategies must map names to decoding options, got {strategies!r}")
@@ -68,9 +68,7 @@ def check_strategies(strategies) -> None:
         if not isinstance(strategy, dict):
             raise ValueError(f"strategies.{name} must map decoding options to values, got {strategy!r}")
         for key in sorted(set(strategy) - set(known)):
-            close = difflib.get_close_matches(key, known, n=1)
-            raise ValueError(f"strategies.{name}: unknown decoding option {key!r}"
-                             + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise unknown_name_error(f"strategies.{name}", "decoding option", key, known)
 
 
 def records_to_decode(config: dict) -> list[dict]:

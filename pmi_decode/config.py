@@ -80,3 +80,13 @@ def run_script(main, argv=None) -> int:
         print(f"{name}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     return result if isinstance(result, int) else 0
+
+
+def unknown_name_error(where: str, what: str, name: str, known) -> ValueError:
+    """The error for a misspelt key or option: ``"{where}: unknown {what} 'x'"`` and the closest
+    known name, or all of them when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else f"; known: {sorted(known)}"
+    return ValueError(f"{where}: unknown {what} {name!r}{hint}")

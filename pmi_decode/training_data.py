@@ -273,14 +273,12 @@ HOLDOUT_KEYS = ("key", "test", "eval", "seed")
 def check_holdout(holdout) -> dict:
     """A config's ``holdout`` block with its defaults filled in; a misspelt key, a missing count or
     a negative one is refused (a typo left the seed at 0, a negative count leaked test into train)."""
-    import difflib
+    from .config import unknown_name_error
 
     if not isinstance(holdout, dict):
         raise ValueError(f"holdout must be a mapping with keys {list(HOLDOUT_KEYS)}, got {holdout!r}")
     for name in sorted(set(holdout) - set(HOLDOUT_KEYS)):
-        close = difflib.get_close_matches(name, HOLDOUT_KEYS, n=1)
-        raise ValueError(f"holdout: unknown key {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                         + f"; allowed: {list(HOLDOUT_KEYS)}")
+        raise unknown_name_error("holdout", "key", name, HOLDOUT_KEYS)
     out = {"key": holdout.get("key", "conversation_id"), "seed": holdout.get("seed", 0)}
     for name in ("test", "eval"):
         value = holdout.get(name)
