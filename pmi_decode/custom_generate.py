@@ -16,7 +16,8 @@ Two forms, both equal to :func:`pmi_decode.pmi_generate` token for token (tests/
   or beam loop. Greedy search, sampling, beam search and beam sampling; nothing else. transformers
   hands a callable only what it declares beyond ``_sample``'s parameters, so the document-free
   prompt must come as ``unconditional_inputs=`` (generate keeps ``negative_prompt_ids`` for its own
-  processors), and a ``streamer`` never reaches the loop.
+  processors), and the ``streamer`` given to ``generate`` is taken from generate's own call
+  (:func:`_streamer_given_to_generate`).
 
 Both call generate's own machinery on the model's class (``type(model).generate`` in
 ``pmi_generate``, ``type(model)._sample`` here), never ``model.generate``: a model loaded with
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import sys
 
 import torch
 from transformers.generation.logits_process import (
@@ -42,7 +44,7 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper,
     WatermarkLogitsProcessor,
 )
-from transformers.generation.utils import GenerationMode
+from transformers.generation.utils import GenerationMixin, GenerationMode
 
 from . import defaults
 from .adaptive import AdaptiveAlpha, resolve_alpha
@@ -211,6 +213,28 @@ def _with_pmi(processors, config, pmi, recorder=None):
     return out
 
 
+# the code object of transformers' own generate, under its decorators
+_GENERATE_CODE = inspect.unwrap(GenerationMixin.generate).__code__
+
+
+def _streamer_given_to_generate(depth: int = 8):
+    """The ``streamer`` that the ``generate`` call running this loop was given, or ``None``.
+
+    transformers 5 passes a ``custom_generate`` callable only the keywords its signature adds to
+    ``_sample``'s, so it drops ``streamer`` (a ``_sample`` parameter), after having put the prompt
+    into it: a streamer would get the prompt and then nothing, and a ``TextIteratorStreamer``'s
+    reader would wait for an end that never comes. The streamer is read from that generate call's
+    own frame, found by its code object, so only transformers' generate is ever read."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        if frame.f_code is _GENERATE_CODE:
+            return frame.f_locals.get("streamer")
+    return None
+
+
 def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
                       streamer=None, **model_kwargs):
     """A decoding loop for ``model.generate(**cond, custom_generate=pmi_decoding_loop, alpha=..., p=...,
@@ -254,7 +278,11 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
         # rows were checked above, so hand it a run of that many prompts
         pmi.encoder_ran_before(uncond["input_ids"])
     method = getattr(type(model), LOOP_MODES[mode])
-    extra = {"streamer": streamer} if LOOP_MODES[mode] == "_sample" else {}
+    streamer = streamer if streamer is not None else _streamer_given_to_generate()
+    if streamer is not None and LOOP_MODES[mode] != "_sample":
+        raise ValueError("a streamer shows one sequence as it is decoded, so it cannot be used with beam search "
+                         "(as in generate): set num_beams=1 or leave streamer out")
+    extra = {"streamer": streamer} if streamer is not None else {}
     final_choice = check_final_choice(defaults.FINAL_CHOICE if options["final_choice"] is None
                                       else options["final_choice"])
     beams, keep = int(generation_config.num_beams or 1), int(generation_config.num_return_sequences or 1)

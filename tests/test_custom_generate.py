@@ -13,6 +13,7 @@ import pytest
 import torch
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 from transformers import AutoModelForCausalLM, LogitsProcessor
+from transformers.generation.streamers import BaseStreamer
 from transformers.dynamic_module_utils import check_python_requirements, get_cached_module_file
 from transformers.utils.hub import cached_files, has_file
 
@@ -139,6 +140,36 @@ def test_the_decoding_loop_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match=r"alpha must be a number in \[0, 1\]"):
         model.generate(**cond, custom_generate=pmi_decoding_loop, alpha=2.0,
                        unconditional_inputs=inputs["unconditional"], **NEW)
+
+
+class Collect(BaseStreamer):
+    """A streamer that keeps what generate puts into it."""
+
+    def __init__(self):
+        self.put_ids, self.ended = [], False
+
+    def put(self, value):
+        self.put_ids.append(value.reshape(-1).tolist())
+
+    def end(self):
+        self.ended = True
+
+
+def test_the_decoding_loop_streams_what_it_decodes():
+    """transformers drops a callable's streamer after putting the prompt in; the loop takes it back."""
+    model, inputs = setup()
+    one = {part: {k: v[:1] for k, v in inputs[part].items()} for part in ("conditional", "unconditional")}
+    streamer = Collect()
+    out = model.generate(**one["conditional"], custom_generate=pmi_decoding_loop, alpha=0.5, p=0.9,
+                         unconditional_inputs=one["unconditional"], streamer=streamer, **NEW)
+    assert torch.equal(out, pmi_generate(model, one, alpha=0.5, p=0.9, **NEW))
+    assert streamer.ended
+    prompt, *steps = streamer.put_ids
+    assert prompt == one["conditional"]["input_ids"][0].tolist()
+    assert sum(steps, []) == out[0, len(prompt):].tolist()
+    with pytest.raises(ValueError, match="cannot be used with beam search"):
+        model.generate(**one["conditional"], custom_generate=pmi_decoding_loop, alpha=0.5,
+                       unconditional_inputs=one["unconditional"], streamer=Collect(), num_beams=2, **NEW)
 
 
 def test_the_entry_refuses_missing_or_doubled_prompts():
