@@ -274,6 +274,7 @@ def test_finetune_early_stopping_checkpoints_and_resume(tmp_path):
     resumed = finetune(dict(config, max_steps=9, resume_from_checkpoint=str(out / "checkpoint-6")),
                        model=model2, tokenizer=tok2, train_records=train, eval_records=evals)
     assert resumed["global_step"] == 9
+    assert summary["train_loss_from_step"] == 0 and resumed["train_loss_from_step"] == 6
 
 
 def test_early_stopping_stops_when_validation_loss_stalls(tmp_path):

@@ -205,8 +205,11 @@ def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, ev
     if eval_set is not None and config.get("eval_before_training"):
         summary["eval_loss_before"] = trainer.evaluate()["eval_loss"]
         logger.info("validation loss before training: %.4f", summary["eval_loss_before"])
-    result = trainer.train(resume_from_checkpoint=config.get("resume_from_checkpoint"))
-    summary.update(train_loss=result.training_loss, global_step=result.global_step)
+    resume = config.get("resume_from_checkpoint")
+    result = trainer.train(resume_from_checkpoint=resume)
+    # Trainer averages the loss over the steps of this call only: a resumed run's train_loss says so
+    summary.update(train_loss=result.training_loss, train_loss_from_step=_resumed_step(resume, out),
+                   global_step=result.global_step)
     if eval_set is not None:
         summary["eval_loss_after"] = trainer.evaluate()["eval_loss"]
         logger.info("validation loss after training: %.4f", summary["eval_loss_after"])
@@ -221,6 +224,18 @@ def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, ev
     summary["log_history"] = trainer.state.log_history
     (out / "finetune_summary.json").write_text(json.dumps(summary, indent=2, default=_json_default) + "\n")
     return summary
+
+
+def _resumed_step(resume, output_dir: Path) -> int:
+    """The step a run resumed from (0 for a fresh run): ``resume_from_checkpoint`` as Trainer reads
+    it, a checkpoint folder or ``True`` for the newest one in ``output_dir``."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if resume is None or resume is False:
+        return 0
+    folder = get_last_checkpoint(str(output_dir)) if resume is True else resume
+    state = Path(folder) / "trainer_state.json"
+    return int(json.loads(state.read_text())["global_step"]) if state.is_file() else 0
 
 
 def _json_default(value):
