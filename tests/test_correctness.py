@@ -293,6 +293,7 @@ ABSTENTION_FLOORS = [
     ("abstention_seventeenth.jsonl", 0.9, 0.8),  # an eleventh, run once: 0.94 / 0.80 (0.94 / 0.75 before the
                                                  # sixteenth's changes, 0.92 / 0.60 before this release's)
     ("fact_integrity_nineteenth.jsonl", 0.9, 0.95),  # its 25 abstentions among 169 responses, run once: 0.96 / 1.00
+    ("fact_integrity_twentieth.jsonl", 0.95, 0.85),  # its 28 abstentions among 181 responses, run once: 1.00 / 0.93
 ]
 
 
@@ -374,6 +375,7 @@ WRONG_FACT_FLOORS = [
     ("fact_integrity_eighteenth.jsonl", 0.55, 0.85),  # an eighth, run once: 0.60 / 0.90 (before this release 0.57 / 0.85)
     ("fact_integrity_nineteenth.jsonl", 0.65, 0.7),   # a ninth, 169 cases: 0.60 / 0.64 at first; read, and times of
                                                       # day, ranges, measures and currencies widened on it: 0.68 / 0.73
+    ("fact_integrity_twentieth.jsonl", 0.7, 0.7),     # a tenth, 181 cases, run once: 0.757 / 0.747
 ]
 
 
