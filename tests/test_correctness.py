@@ -830,3 +830,41 @@ CLOCKS = "The school day runs from 8:50 to 15:20. The 08:41 train is the last on
 def test_times_of_day_match_across_clocks_and_not_across_halves_of_the_day(response, wrong):
     found = wrong_facts(CLOCKS, ["When?"], response)
     assert bool(found) == wrong, found
+
+
+def test_a_middle_initial_or_a_degree_ends_no_document_sentence():
+    from pmi_decode.metrics.text import document_sentences
+
+    text = ("It was launched by Senh Duong, Patrick Y. Lee, and Stephen Wang. They were Ph.D. students then. "
+            "It was Plan B. Then it grew.")
+    assert document_sentences(text) == ["It was launched by Senh Duong, Patrick Y. Lee, and Stephen Wang.",
+                                        "They were Ph.D. students then.", "It was Plan B.", "Then it grew."]
+    assert wrong_facts(text, ["Who launched it?"], "Patrick Y. Lee launched it.") == []
+
+
+PIZZA = ("A survey from 2004 showed that Norwegians eat the most frozen pizza (5.4 kg per person a year). "
+         "Volleyball teams have six players each. A surviving divorced spouse qualifies if the marriage lasted "
+         "10 years. You can earn up to four credits each year.")
+
+
+@pytest.mark.parametrize("response, wrong", [
+    ("Norwegians, according to a 2004 survey.", False),     # a year after an article counts no noun
+    ("Norwegians, according to a 2005 survey.", True),
+    ("Each volleyball team has half a dozen players.", False),
+    ("Each volleyball team has a dozen players.", True),
+    ("Yes, if the two of you were married for 10 years.", False),   # "the two of you" is no count
+    ("You max out at four credits each year.", False),      # a lower-case word the parser calls a name
+    ("You max out at five credits each year.", True),
+])
+def test_what_a_reader_takes_as_no_fact_is_not_flagged(response, wrong):
+    found = wrong_facts(PIZZA, ["Tell me more."], response)
+    assert bool(found) == wrong, found
+
+
+@pytest.mark.parametrize("response, said", [
+    ("Sorry, I don't have that number.", True),
+    ("I don't have the exact date, sorry.", True),
+    ("I don't have time to watch many films.", False),
+])
+def test_not_having_the_asked_value_is_an_abstention(response, said):
+    assert abstains(response, "What is the phone number?") == said

@@ -106,6 +106,9 @@ _ABSTAIN_PATTERNS = [
     r"am unable to|'m unable to|have no way to)\s+(?:\w+\s+){0,1}(?:know|find|tell|say|answer|determine|see|confirm|locate|help with|"
     r"(?:work|figure|make)\s+out)\b",
     r"\b(?:i|we)\s+(?:don't|do not)\s+have\s+(?:any\s+)?(?:\w+\s+){0,1}(?:information|details?|data|info|answer|record)",
+    # "I don't have that number" (not "I don't have a name for my dog")
+    r"\b(?:i|we)\s+(?:don't|do not)\s+have\s+(?:that|this|the|those|these|any)\s+(?:exact\s+|specific\s+|precise\s+)?"
+    r"(?:numbers?|figures?|dates?|names?|amounts?|prices?|costs?|specifics)\b",
     r"\b(?:i|we)\s+(?:don't|do not)\s+have\s+(?:that|this|it)(?=\s*(?:[;,.!?]|$))",
     r"\b(?:i'm|i am|we're|we are)\s+not\s+(?:\w+\s+){0,1}(?:sure|certain|aware)\b",
     r"\b(?:i'm|i am|we're|we are)\s+not\s+(?:seeing|finding|spotting)\b",

@@ -140,14 +140,26 @@ def _is_bare_one(span) -> bool:
     return span.text.lower() == "one"
 
 
-def fact_units(response: str, nlp, *, drop_vague: bool = False, clock_times: bool = False) -> list[dict]:
+def _no_fact(span) -> bool:
+    """A span a reader takes as no fact: "one" alone (:func:`_is_bare_one`), or a number word that
+    stands for people ("the *two* of you")."""
+    if _is_bare_one(span):
+        return True
+    doc = span.doc
+    return (span.start > 0 and doc[span.start - 1].lower_ == "the" and span.end + 1 < len(doc)
+            and doc[span.end].lower_ == "of" and doc[span.end + 1].lower_ in ("us", "you", "them"))
+
+
+def fact_units(response: str, nlp, *, drop_vague: bool = False, clock_times: bool = False,
+               as_read: bool = False) -> list[dict]:
     """The response's fact units: ``{"text", "start", "end", "label", "numeric", "keys"}``
     (character span; the NER label, or ``PROPN``/``NUM`` for a word outside every entity;
     ``keys``: one tuple of acceptable forms per key word). Entities come from NER; proper nouns
     and numbers outside every entity are units of their own. ``drop_vague``: skip date and time
     entities with no number or name in them ("weekdays", "every year"). ``clock_times``: a clock
-    time outside every entity ("7:00") is a unit too (:func:`wrong_facts` asks for it;
-    :func:`fact_features` keeps the units the shipped FaithScore coefficients were fitted on)."""
+    time outside every entity ("7:00") is a unit too. ``as_read``: leave out what a reader takes as no
+    fact (:func:`_no_fact`). (:func:`wrong_facts` asks for both; :func:`fact_features` keeps the units
+    the shipped FaithScore coefficients were fitted on.)"""
     doc = nlp(response)
     units, covered = [], set()
     for ent in doc.ents:
@@ -157,7 +169,7 @@ def fact_units(response: str, nlp, *, drop_vague: bool = False, clock_times: boo
             continue  # "weekdays", "every year", "tonight": no number or name to check
         keys = [k for k in (_key_forms(t, True) for t in ent) if k is not None]
         covered.update(range(ent.start, ent.end))
-        if keys and not _is_bare_one(ent):
+        if keys and not (_no_fact(ent) if as_read else _is_bare_one(ent)):
             units.append({"text": ent.text, "start": ent.start_char, "end": ent.end_char, "label": ent.label_,
                           "numeric": any(k[0].startswith("#") for k in keys), "keys": keys})
     for token in doc:
@@ -168,7 +180,8 @@ def fact_units(response: str, nlp, *, drop_vague: bool = False, clock_times: boo
             units.append({"text": token.text, "start": token.idx, "end": token.idx + len(token.text),
                           "label": "TIME", "numeric": True,
                           "keys": _number_keys(token)})
-        elif (token.pos_ == "PROPN" or is_number) and not _is_bare_one(token):
+        elif (token.pos_ == "PROPN" or is_number) and not (
+                _no_fact(doc[token.i:token.i + 1]) if as_read else _is_bare_one(token)):
             keys = _key_forms(token, False)
             if keys is not None:
                 units.append({"text": token.text, "start": token.idx, "end": token.idx + len(token.text),
@@ -256,6 +269,7 @@ _AMOUNT_AND_CENTS = re.compile(_UNIT + r" (dollars?|pounds?|euros?) (\d{1,2})\b(
 _PAST = re.compile(r"\b(?:a )?(quarter|half|five|ten|[1-5]?[05]|[1-5]?\d(?= minutes))(?: minutes)? past "
                    + _UNIT + r"\b", re.IGNORECASE)
 _MINUTES = {"quarter": "15", "half": "30", "five": "5", "ten": "10"}
+_DOZEN = re.compile(r"\b(?:(half) an?|an?|" + _UNIT + r") dozen\b", re.IGNORECASE)
 _TO = re.compile(r"\b(?:a )?quarter to " + _UNIT + r"\b", re.IGNORECASE)
 
 
@@ -274,7 +288,7 @@ def _compound_numbers(text: str) -> str:
     "ninety-three" -> "93", "two hundred and thirty" -> "230", "one thousand one hundred and
     fifty" -> "1150", "four and a half" -> "4.5", "six pounds fifty" -> "6.50 pounds",
     "half past eight" -> "8:30", "twenty past ten" -> "10:20", "a quarter to seven" -> "6:45",
-    "the twenty-eighth of June" -> "the 28th of June"; and amounts in millions as whole numbers:
+    "the twenty-eighth of June" -> "the 28th of June", "half a dozen" -> "6", "two dozen" -> "24"; and amounts in millions as whole numbers:
     "£1.75m" -> "£1750000", "2.4 million" -> "2400000" (``m`` and ``k`` only after a currency sign:
     "a 1.75m wall" is metres)."""
     def tens(match):
@@ -292,6 +306,7 @@ def _compound_numbers(text: str) -> str:
     text = _HUNDREDS.sub(lambda m: str(100 * _small(m.group(1)) + (_small(m.group(2)) if m.group(2) else 0)), text)
     text = _THOUSANDS.sub(lambda m: str(1000 * _small(m.group(1)) + (_small(m.group(2)) if m.group(2) else 0)), text)
     text = _AND_A_HALF.sub(lambda m: f"{_small(m.group(1))}.5", text)
+    text = _DOZEN.sub(lambda m: "6" if m.group(1) else str(12 * (_small(m.group(2)) if m.group(2) else 1)), text)
     text = _AMOUNT_AND_CENTS.sub(lambda m: f"{_small(m.group(1))}.{int(m.group(3)):02d} {m.group(2)}", text)
     text = _PAST.sub(lambda m: f"{_small(m.group(2))}:{_MINUTES.get(m.group(1).lower(), m.group(1)).zfill(2)}", text)
     text = _TO.sub(lambda m: f"{(_small(m.group(1)) - 2) % 12 + 1}:45", text)
@@ -496,7 +511,7 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
     history_forms = frozenset().union(*(_source_forms(_compound_numbers(t), nlp) for t in history))
     response = _compound_numbers(response)
     parsed = nlp_ner(response)
-    units = fact_units(response, nlp_ner, drop_vague=True, clock_times=True)
+    units = fact_units(response, nlp_ner, drop_vague=True, clock_times=True, as_read=True)
     spans, keys, widths, found = [], [], [], []
     for unit in units:
         toks = [t for t in parsed if t.idx >= unit["start"] and t.idx + len(t.text) <= unit["end"]]
@@ -517,6 +532,8 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
         reason = _context_problem(k, units, spans, found, widths, parsed, doc_sentences)
         if reason == "not in the sources" and unit["numeric"] and _worked_out(unit, response, doc_sentences, history):
             reason = None
+        if reason == "not in the sources" and _lower_case_name(unit, response):
+            reason = None  # the parser's name, not the writer's: "you *max* out at four credits"
         if reason is None and unit["label"] == "PERSON" and spans[k] is not None and _said_of_someone_else(
                 k, units, spans, found[k], parsed, doc_sentences, _people(document, nlp_ner),
                 asked if k == answering else ()):
@@ -524,6 +541,14 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
         if reason is not None:
             wrong.append(dict(unit, reason=reason))
     return wrong
+
+
+def _lower_case_name(unit: dict, response: str) -> bool:
+    """A name unit written all in lower case in a response that uses capitals elsewhere: a word
+    the parser took for a name ("max", "honey"), which may still pair with a number in its clause
+    but is no name the response claims."""
+    return (not unit["numeric"] and not any(ch.isupper() or ch.isdigit() for ch in unit["text"])
+            and any(ch.isupper() for ch in response))
 
 
 # A value the response works out in one step from the document's values, and says so: "still needs
@@ -1045,7 +1070,11 @@ _NOT_COUNTED = frozenset({w for words in _SIGN_WORDS.values() for w in words} | 
 def _counted_noun(parsed, span) -> tuple | None:
     """The noun a number counts or measures ("3 *books*", "15 nautical *miles*", "a 55-*minute*
     crossing"), as key forms: the first noun after the unit's first number, inside the unit or
-    right after it; ``None`` if there is none. Currency and clock words are no counted nouns."""
+    right after it; ``None`` if there is none. Currency and clock words are no counted nouns, and a
+    year after an article counts nothing ("a 2004 *survey*" is the document's "a survey from 2004")."""
+    first = parsed[span[0]]
+    if span[0] > 0 and parsed[span[0] - 1].lower_ in ("a", "an", "the") and re.fullmatch(r"1\d{3}|20\d{2}", first.text):
+        return None
     numbered = False
     for token in parsed[span[0]:min(span[1] + 2, len(parsed))]:
         if not numbered:

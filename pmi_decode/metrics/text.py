@@ -85,10 +85,14 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
 
 
-# A full stop that ends no sentence: after a title ("Dr. Marcus Idowu"), or after an abbreviation when the
-# text goes on in lower case ("opens at 9:30 a.m. and closes at 5:30 p.m. from April").
+# A full stop that ends no sentence: after a title ("Dr. Marcus Idowu"), after a middle initial between
+# two names ("Patrick Y. Lee"), or after an abbreviation when the text goes on in lower case ("opens at
+# 9:30 a.m. and closes at 5:30 p.m. from April", "Ph.D. students at Stanford").
 _NO_SENTENCE_END = re.compile(r"(?:\b(?:Dr|Mr|Mrs|Ms|Mx|Prof|St|Mt|Rev|Capt|Col|Gen|Sgt|Lt)\.\s+(?=\S)"
-                              r"|\b(?:a\.m|p\.m|e\.g|i\.e|etc|approx|vs)\.\s+(?=[a-z]))")
+                              r"|\b[A-Z][a-z]+ [A-Z]\.\s+(?=[A-Z][a-z])(?!(?:The|This|That|These|Those|Then|There|It|Its|He|His|She|Her|"
+                              r"They|Their|We|In|On|At|An?|But|And|So|If|When|After|Before)\b)"
+                              r"|\b(?:a\.m|p\.m|e\.g|i\.e|etc|approx|vs|Ph\.D|M\.D|B\.A|M\.A|B\.Sc|M\.Sc|Jr|Sr|Inc|Ltd|"
+                              r"Co|Corp|U\.S|U\.K|No)\.\s+(?=[a-z]))")
 
 
 def document_sentences(text: str) -> list[str]:
