@@ -66,6 +66,9 @@ class HypothesisScores(LogitsProcessor):
             the changed scores, and so does this record.
     """
 
+    #: it only records: paired PMIDecode may follow it (:func:`pmi_decode.processor._check_nothing_before`)
+    changes_no_scores = True
+
     def __init__(self, beams: int, end_ids: list[int], log_probs: bool = True):
         self.beams = int(beams)
         self.end_ids = list(end_ids)

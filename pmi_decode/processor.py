@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 import warnings
 import weakref
 
@@ -79,6 +80,32 @@ def _end_token_ids(value) -> torch.Tensor:
 def _packed_scores(score, scores: torch.Tensor, uncond_logits: torch.Tensor) -> tuple[torch.Tensor]:
     """The packed path's step scores from both halves' logits, as a pure function (recordable)."""
     return (score(scores, lambda: torch.log_softmax(uncond_logits.to(scores.dtype), dim=-1)),)
+
+
+def _check_nothing_before(processor, caller) -> None:
+    """Paired mode: refuse a step whose scores another processor changed first. ``generate`` runs
+    its own processors (``repetition_penalty``, ``forced_eos_token_id``, ``no_repeat_ngram_size``,
+    ...; stock BART checkpoints set some) on every row, so the document-free half would not hold
+    the model's distribution and the tokens would differ from the reference without a sign.
+    ``caller`` is the frame that called the processor: where it is a ``LogitsProcessorList`` (as in
+    ``generate``), nothing before ``processor`` in it may change scores."""
+    processors = caller.f_locals.get("self")
+    if not isinstance(processors, LogitsProcessorList):
+        return
+    before = []
+    for other in processors:
+        if other is processor:
+            break
+        if not getattr(other, "changes_no_scores", False):
+            before.append(type(other).__name__)
+    if before:
+        raise ValueError(
+            f"paired PMIDecode: generate applies {', '.join(before)} to both halves before PMIDecode, so the "
+            "document-free half no longer holds the model's distribution. Use pmi_generate (it applies them to "
+            "the conditional half alone), PMIDecode(alpha, p, model=..., unconditional_inputs=...), or pass them "
+            "as PMIDecode(conditional_processors=...) and unset them in the generation config (a checkpoint's "
+            "generation_config may set them: forced_eos_token_id, no_repeat_ngram_size, repetition_penalty, ...)"
+        )
 
 
 def _model_end_ids(model) -> torch.Tensor | None:
@@ -448,6 +475,7 @@ class PMIDecode(LogitsProcessor):
                 raise ValueError(
                     f"PMIDecode(alpha, p) without model= scores a stacked batch it built itself: {_STACK_FIX}"
                 )
+            _check_nothing_before(self, sys._getframe(1))
             return self._stacked.step(input_ids, scores, self._forward_log, self.conditional_processors, self._score,
                                       self._graph_settings())
         if self._packed is not None and not self.defer_single_token:

@@ -112,7 +112,7 @@ def test_a_reused_paired_processor_checks_each_calls_encoder_inputs():
     model, inputs = setup("bart")
     two = {name: {key: value[:2] for key, value in inputs[name].items()} for name in ("conditional", "unconditional")}
     pmi = PMIDecode(0.5, 0.9)
-    model.generate(**pmi.stack(two, model), logits_processor=[pmi], max_new_tokens=3, min_new_tokens=3)
+    model.generate(**pmi.stack(two, model), logits_processor=[pmi], max_new_tokens=3)
     other = {key: torch.cat([value, value]) for key, value in two["unconditional"].items()}  # 4 rows, no document
     prefix = torch.full((4, 4), 5, dtype=torch.long)
     prefix[:, 0] = model.generation_config.decoder_start_token_id

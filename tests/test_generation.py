@@ -102,8 +102,7 @@ def test_paired_processor_refuses_sampling():
     pmi = PMIDecode(0.5, 0.9)
     torch.manual_seed(0)
     with pytest.raises(ValueError, match="Paired mode works with greedy search and beam search only"):
-        model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], do_sample=True, max_new_tokens=20,
-                       min_new_tokens=20)
+        model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], do_sample=True, max_new_tokens=20)
 
 
 def test_paired_processor_rejects_batches_it_did_not_stack():

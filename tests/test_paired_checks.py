@@ -22,7 +22,7 @@ def sample_with_the_paired_processor(pmi, model, inputs, new_tokens):
     """A misuse: generate's own sampling draws each half's tokens independently."""
     torch.manual_seed(0)
     return model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], do_sample=True,
-                          max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+                          max_new_tokens=new_tokens)
 
 
 def test_a_cpu_reads_each_check_at_once():

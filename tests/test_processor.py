@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, LogitsProcessor
 from reference import reference_for
 from tiny_models import DIALOGUES, PEAKED, tiny_model, tiny_tokenizer
 
@@ -395,7 +395,7 @@ def test_other_forwards_between_paired_steps_are_ignored(kind):
     runs = []
     for extra in ([], [_scoring_processor(model, use_cache=False)]):
         pmi = PMIDecode(0.5, 0.9)
-        out = model.generate(**pmi.stack(inputs, model), logits_processor=extra + [pmi], num_beams=2, max_new_tokens=5)
+        out = model.generate(**pmi.stack(inputs, model), logits_processor=[pmi] + extra, num_beams=2, max_new_tokens=5)
         runs.append(pmi.conditional(out))
     assert torch.equal(runs[0], runs[1])
 
@@ -487,11 +487,44 @@ def test_a_token_banned_only_in_the_unconditional_row_never_wins():
 
 
 def test_paired_per_row_processors_never_let_a_banned_token_win():
+    from transformers import LogitsProcessorList, NoRepeatNGramLogitsProcessor
+
     model, inputs = setup("llama")
-    pmi = PMIDecode(1.0, 1.0)
+    pmi = PMIDecode(1.0, 1.0, conditional_processors=LogitsProcessorList([NoRepeatNGramLogitsProcessor(1)]))
     out = model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], max_new_tokens=6, num_beams=2,
-                         no_repeat_ngram_size=1, return_dict_in_generate=True, output_scores=True)
+                         return_dict_in_generate=True, output_scores=True)
     assert max(s[torch.isfinite(s)].abs().max().item() for s in out.scores) < 1e3
+    for row in pmi.conditional(out.sequences)[:, inputs["conditional"]["input_ids"].shape[1]:]:
+        assert len(set(row.tolist())) == len(row)  # no token twice
+
+
+class _Records(LogitsProcessor):
+    changes_no_scores = True  # declared: paired mode may run after it
+
+    def __call__(self, input_ids, scores):
+        return scores
+
+
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_generate_processors_before_the_paired_processor_are_refused(kind):
+    """generate's own processors run on both halves in bare paired mode: the document-free half is
+    no longer the model's distribution, and the tokens differ from the reference, so refused. A
+    stock BART checkpoint's generation config sets forced_eos_token_id and no_repeat_ngram_size."""
+    model, inputs = setup(kind)
+    for options, name in ((dict(repetition_penalty=1.2), "RepetitionPenaltyLogitsProcessor"),
+                          (dict(no_repeat_ngram_size=3), "NoRepeatNGramLogitsProcessor"),
+                          (dict(min_new_tokens=2), "MinNewTokensLengthLogitsProcessor"),
+                          (dict(forced_eos_token_id=2), "ForcedEOSTokenLogitsProcessor")):
+        pmi = PMIDecode(0.5, 0.9)
+        with pytest.raises(ValueError, match=f"generate applies .*{name}.* to both halves"):
+            model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], num_beams=2, max_new_tokens=4,
+                           **options)
+    pmi = PMIDecode(0.5, 0.9)
+    first = pmi.conditional(model.generate(**pmi.stack(inputs, model), logits_processor=[pmi], num_beams=2,
+                                           max_new_tokens=4))
+    pmi = PMIDecode(0.5, 0.9)  # a processor that declares it changes no score may come first
+    assert torch.equal(pmi.conditional(model.generate(**pmi.stack(inputs, model), logits_processor=[_Records(), pmi],
+                                                      num_beams=2, max_new_tokens=4)), first)
 
 
 def test_nan_unconditional_log_probs_never_give_nan():
