@@ -135,6 +135,7 @@ OPTIONS = {
     "transformers_version": ("neither", "joint"),
     "_from_model_config": ("neither", "joint"),
     "_commit_hash": ("neither", "joint"),
+    "_original_object_hash": ("neither", "joint"),  # set on a config loaded or copied (from_pretrained, deepcopy)
 }
 
 

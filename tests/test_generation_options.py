@@ -30,7 +30,9 @@ HOW = ("keyword", "object", "model default")
 
 def test_every_generation_config_attribute_is_classified():
     """A field added by a new transformers release must be classified before it can pass."""
-    attributes = set(vars(GenerationConfig()))
+    from transformers.generation.configuration_utils import METADATA_FIELDS
+
+    attributes = set(vars(GenerationConfig())) | set(METADATA_FIELDS)  # the metadata of a loaded or copied config
     missing = sorted(attributes - set(OPTIONS))
     assert not missing, f"classify these GenerationConfig attributes in pmi_decode.generation.OPTIONS: {missing}"
     for name, (effect, paired) in OPTIONS.items():
@@ -152,3 +154,15 @@ def test_option_given_any_way_equals_the_reference_on_both_paths(case, name):
                 got = run(model, inputs, option, search, how, paired)
                 assert torch.equal(got, expected), (kind, name, search_name, how, paired)
     assert changed == ((kind, name) not in INERT), f"{name} changes {kind}'s tokens: {changed}"
+
+
+def test_a_loaded_or_copied_generation_config_keeps_the_fast_path(tmp_path):
+    """transformers marks a loaded or deep-copied config with metadata (``_original_object_hash``);
+    it changes no token, so the paired path stays open."""
+    tok, model = tiny_tokenizer("llama"), tiny_model("llama", logit_scale=PEAKED["llama"])
+    inputs = build_inputs(tok, [d for d, _ in DIALOGUES], [h for _, h in DIALOGUES], model=model)
+    model.generation_config.save_pretrained(tmp_path)
+    for config in (GenerationConfig.from_pretrained(tmp_path), copy.deepcopy(model.generation_config)):
+        config.max_new_tokens = 4
+        got = pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=True, packed=False, generation_config=config)
+        assert torch.equal(got, pmi_generate(model, inputs, alpha=0.5, p=0.9, paired=False, max_new_tokens=4))
