@@ -17,7 +17,7 @@ Two forms, both equal to :func:`pmi_decode.pmi_generate` token for token (tests/
   hands a callable only what it declares beyond ``_sample``'s parameters, so the document-free
   prompt must come as ``unconditional_inputs=`` (generate keeps ``negative_prompt_ids`` for its own
   processors), and the ``streamer`` given to ``generate`` is taken from generate's own call
-  (:func:`_streamer_given_to_generate`).
+  (:func:`_given_to_generate`).
 
 Both call generate's own machinery on the model's class (``type(model).generate`` in
 ``pmi_generate``, ``type(model)._sample`` here), never ``model.generate``: a model loaded with
@@ -154,11 +154,10 @@ def generate(model, inputs=None, generation_config=None, logits_processor=None, 
                   stopping_criteria=stopping_criteria, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
                   synced_gpus=synced_gpus, streamer=streamer)
     kwargs.update({k: v for k, v in passed.items() if v is not None})
-    return pmi_generate(model, {"conditional": cond, "unconditional": uncond}, alpha=alpha, p=p,
-                        paired=options["paired"], packed=options["packed"], share_prompt=options["share_prompt"],
-                        normalize=options["normalize"], conditional_end=options["conditional_end"],
-                        plausibility=options["plausibility"], pmi_cap=options["pmi_cap"],
-                        final_choice=options["final_choice"], **kwargs)
+    # every declared option goes on under its own name, so one added to GENERATE_OPTIONS reaches pmi_generate
+    options.update(alpha=alpha, p=p)
+    del options["unconditional_inputs"]
+    return pmi_generate(model, {"conditional": cond, "unconditional": uncond}, **options, **kwargs)
 
 
 _declare_options(generate, GENERATE_OPTIONS)
@@ -217,21 +216,22 @@ def _with_pmi(processors, config, pmi, recorder=None):
 _GENERATE_CODE = inspect.unwrap(GenerationMixin.generate).__code__
 
 
-def _streamer_given_to_generate(depth: int = 8):
-    """The ``streamer`` that the ``generate`` call running this loop was given, or ``None``.
+def _given_to_generate(name: str, depth: int = 8):
+    """The argument ``name`` of the ``generate`` call running this loop, or ``None``.
 
     transformers 5 passes a ``custom_generate`` callable only the keywords its signature adds to
-    ``_sample``'s, so it drops ``streamer`` (a ``_sample`` parameter), after having put the prompt
-    into it: a streamer would get the prompt and then nothing, and a ``TextIteratorStreamer``'s
-    reader would wait for an end that never comes. The streamer is read from that generate call's
-    own frame, found by its code object, so only transformers' generate is ever read."""
+    ``_sample``'s, so it drops ``streamer`` (a ``_sample`` parameter) after having put the prompt
+    into it (a streamer would get the prompt and then nothing, and a ``TextIteratorStreamer``'s
+    reader would wait for an end that never comes), and ``assistant_model`` (assisted decoding
+    would be skipped without a word). They are read from that generate call's own frame, found by
+    its code object, so only transformers' generate is ever read."""
     frame = sys._getframe(1)
     for _ in range(depth):
         frame = frame.f_back
         if frame is None:
             return None
         if frame.f_code is _GENERATE_CODE:
-            return frame.f_locals.get("streamer")
+            return frame.f_locals.get(name)
     return None
 
 
@@ -249,10 +249,16 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
     pmi_cap = validate_pmi_cap(defaults.PMI_CAP if options["pmi_cap"] is None else options["pmi_cap"])
     normalize, conditional_end = options["normalize"], options["conditional_end"]
     mode = generation_config.get_generation_mode()
+    if _given_to_generate("assistant_model") is not None:
+        raise ValueError("PMI-Decode scores one token per step: assisted decoding (assistant_model=) is not supported")
     if mode not in LOOP_MODES:
         raise ValueError(f"pmi_decoding_loop runs greedy search, sampling, beam search and beam sampling, not "
                          f"{mode.value}; use custom_generate=<the hub folder> or pmi_generate")
     alpha, p = resolve_alpha(alpha, p)
+    if options["unconditional_inputs"] is None:
+        raise ValueError("PMI-Decode needs the document-free prompt: pass unconditional_inputs={'input_ids', "
+                         "'attention_mask'} (build_inputs(...)['unconditional']); generate keeps negative_prompt_ids "
+                         "for its own processors, so this loop never sees them")
     uncond = _unconditional(options["unconditional_inputs"], None, None)
     expand = max(int(generation_config.num_beams or 1), int(generation_config.num_return_sequences or 1))
     if input_ids.shape[0] != uncond["input_ids"].shape[0] * expand:
@@ -278,7 +284,7 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
         # rows were checked above, so hand it a run of that many prompts
         pmi.encoder_ran_before(uncond["input_ids"])
     method = getattr(type(model), LOOP_MODES[mode])
-    streamer = streamer if streamer is not None else _streamer_given_to_generate()
+    streamer = streamer if streamer is not None else _given_to_generate("streamer")
     if streamer is not None and LOOP_MODES[mode] != "_sample":
         raise ValueError("a streamer shows one sequence as it is decoded, so it cannot be used with beam search "
                          "(as in generate): set num_beams=1 or leave streamer out")
@@ -287,7 +293,11 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
                                       else options["final_choice"])
     beams, keep = int(generation_config.num_beams or 1), int(generation_config.num_return_sequences or 1)
     choose = final_choice == "model" and beams > 1 and alpha != 0.0
-    recorder = HypothesisScores(beams, end_id_list(generation_config.eos_token_id)) if choose else None
+    # as in pmi_generate: the recorder is handed log-probs unless a processor before PMIDecode (one of
+    # generate's, from the configuration, or the caller's) changes them
+    changed = len(logits_processor) > len(_appended_after_user_processors(generation_config))
+    recorder = HypothesisScores(beams, end_id_list(generation_config.eos_token_id), log_probs=not changed) \
+        if choose else None
     processors = _with_pmi(logits_processor, generation_config, pmi, recorder)
     if choose:  # every finished hypothesis back, then pmi_generate's choice among them
         generation_config = copy.copy(generation_config)

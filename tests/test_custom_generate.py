@@ -140,6 +140,28 @@ def test_the_decoding_loop_refuses_what_it_cannot_run():
     with pytest.raises(ValueError, match=r"alpha must be a number in \[0, 1\]"):
         model.generate(**cond, custom_generate=pmi_decoding_loop, alpha=2.0,
                        unconditional_inputs=inputs["unconditional"], **NEW)
+    with pytest.raises(ValueError, match="this loop never sees them"):  # generate keeps them for its own use
+        model.generate(**cond, custom_generate=pmi_decoding_loop, alpha=0.5,
+                       negative_prompt_ids=inputs["unconditional"]["input_ids"],
+                       negative_prompt_attention_mask=inputs["unconditional"]["attention_mask"], **NEW)
+    with pytest.raises(ValueError, match="assisted decoding"):  # generate drops it for a callable
+        one = {k: v[:1] for k, v in cond.items()}
+        model.generate(**one, custom_generate=pmi_decoding_loop, alpha=0.5, assistant_model=model,
+                       unconditional_inputs={k: v[:1] for k, v in inputs["unconditional"].items()}, **NEW)
+
+
+@pytest.mark.real_defaults
+@pytest.mark.parametrize("kind", ["llama", "bart"])
+def test_the_decoding_loop_chooses_as_pmi_generate_after_processors_that_change_the_scores(kind):
+    """With the model's final choice, processors that lift a row's scores above probability 1 (a
+    repetition penalty below 1, a sequence bias) are summed as plain beam search sums them."""
+    model, inputs = setup(kind)
+    for changes in (dict(repetition_penalty=0.7), dict(sequence_bias={(30,): 2.0})):
+        opts = dict(num_beams=3, max_new_tokens=6, **changes)  # the shipped defaults
+        expected = pmi_generate(model, inputs, **opts)
+        got = model.generate(**inputs["conditional"], custom_generate=pmi_decoding_loop,
+                             unconditional_inputs=inputs["unconditional"], **opts)
+        assert torch.equal(got, expected)
 
 
 class Collect(BaseStreamer):
@@ -279,3 +301,15 @@ def test_the_loop_and_the_folder_make_the_model_choice_as_pmi_generate(kind):
     loop = model.generate(**inputs["conditional"], custom_generate=pmi_decoding_loop,
                           unconditional_inputs=inputs["unconditional"], **opts)
     assert torch.equal(loop, expected)
+
+
+def test_the_entry_hands_every_declared_option_to_pmi_generate(monkeypatch):
+    """An option added to GENERATE_OPTIONS reaches pmi_generate without another edit."""
+    import pmi_decode.custom_generate as entry_module
+
+    seen = {}
+    monkeypatch.setattr(entry_module, "pmi_generate", lambda model, inputs, **kwargs: seen.update(kwargs))
+    model, inputs = setup()
+    given = {name: object() for name in entry_module.GENERATE_OPTIONS if name != "unconditional_inputs"}
+    entry(model, **inputs["conditional"], unconditional_inputs=inputs["unconditional"], **given)
+    assert {name: seen.get(name) for name in given} == given
