@@ -280,3 +280,21 @@ def test_a_new_option_reaches_the_records_generate_writes(with_new_option, tmp_p
 
 # The layout rules (no import circle, scripts import the package only, at most 12 parameters)
 # are checked for the whole package in tests/test_layout.py.
+
+
+def test_every_option_is_read_by_the_code_that_decodes():
+    """A field added to DecodeConfig gets its flag, its setting and its resume check from the
+    declaration, but what it does must be passed on by hand (``processor_options``,
+    ``generate_kwargs``, ``response_guards``, the batch decoder): a field that nothing reads would
+    be stored with every output record while the decoder ignores it."""
+    import re
+
+    source = (ROOT / "pmi_decode" / "decode_config.py").read_text(encoding="utf-8")
+    methods = source[source.index("    def __post_init__"):]
+    others = [path.read_text(encoding="utf-8") for path in (ROOT / "pmi_decode").rglob("*.py")
+              if path.name != "decode_config.py"]
+    unread = [f.name for f in dataclasses.fields(DecodeConfig)
+              if not re.search(rf"\bself\.{f.name}\b", methods)
+              and not any(re.search(rf"\bconfig\.{f.name}\b", text) for text in others)]
+    assert not unread, (f"DecodeConfig options that nothing reads: {unread}; pass each on where it acts "
+                        "(DecodeConfig.processor_options for pmi_generate, generate_kwargs, response_guards, ...)")
