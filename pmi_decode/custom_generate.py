@@ -47,10 +47,9 @@ from transformers.generation.logits_process import (
 from transformers.generation.utils import GenerationMixin, GenerationMode
 
 from . import defaults
-from .adaptive import AdaptiveAlpha, resolve_alpha
+from .adaptive import resolve_alpha
 from .final_choice import HypothesisScores, check_final_choice, choose_by_model, end_id_list
-from .generation import pmi_generate
-from .processor import PMIDecode
+from .generation import pmi_generate, separate_processor
 from .validation import validate_pmi_cap
 
 __all__ = ["generate", "pmi_decoding_loop", "LOOP_MODES"]
@@ -271,14 +270,8 @@ def pmi_decoding_loop(model, input_ids, logits_processor, stopping_criteria, gen
         raise ValueError("conditional_end=True needs the end token: pass eos_token_id=")
     if torch.is_tensor(ends):
         ends = ends.tolist()
-    # as pmi_generate's separate path: the branch projects onto the nucleus only where one constant
-    # per row cannot change a token (one row per prompt, no scores returned, a fixed alpha)
-    one_row_each = ((generation_config.num_beams or 1) == 1 and not generation_config.output_scores
-                    and not isinstance(alpha, AdaptiveAlpha))
-    pmi = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
-                    conditional_end=conditional_end, eos_token_id=ends,
-                    nucleus_projection=(one_row_each and pmi_cap is None) or None,
-                    plausibility=plausibility, pmi_cap=pmi_cap)
+    pmi = separate_processor(model, generation_config, uncond, ends, alpha=alpha, p=p, normalize=normalize,
+                             conditional_end=conditional_end, plausibility=plausibility, pmi_cap=pmi_cap)
     if model.config.is_encoder_decoder:
         # generate ran the encoder before this loop (and so before the processor watched it); the
         # rows were checked above, so hand it a run of that many prompts

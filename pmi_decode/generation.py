@@ -537,6 +537,23 @@ def pmi_generate(model, inputs, *, alpha=defaults.ALPHA, p: float = defaults.P, 
     return _pmi_generate(model, inputs, **options, **generate_kwargs)
 
 
+def separate_processor(model, config: GenerationConfig, uncond: dict, ends, *, alpha, p, normalize: bool,
+                       conditional_end: bool, plausibility: float, pmi_cap) -> PMIDecode:
+    """The separate path's :class:`PMIDecode` for ``generate``'s merged ``config`` (``pmi_generate``
+    and :func:`pmi_decode.custom_generate.pmi_decoding_loop` both build it here). In greedy search
+    and sampling a per-row constant in the branch's log-probs changes no token, nor does skipping
+    the branch where a row has one candidate (the returned scores would change, so not with
+    ``output_scores``): there the branch projects onto the nucleus only (not with a PMI cap, whose
+    clip the constant would move) and defers single-candidate steps; otherwise the processor's own
+    rule decides."""
+    one_row_each = ((config.num_beams or 1) == 1 and not config.output_scores
+                    and not isinstance(alpha, AdaptiveAlpha))
+    return PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
+                     conditional_end=conditional_end, eos_token_id=ends,
+                     nucleus_projection=(one_row_each and pmi_cap is None) or None,
+                     plausibility=plausibility, defer_single_token=one_row_each, pmi_cap=pmi_cap)
+
+
 def _refuse_stopping_criteria(config: GenerationConfig, generate_kwargs: dict) -> None:
     """final_choice='model' finds each finished hypothesis's score by its end token or the length
     limit; one that stop strings or a stopping criterion end takes a last token whose score the
@@ -599,15 +616,8 @@ def _pmi_generate(model, inputs, *, alpha, p, paired, share_prompt, normalize, c
         if blocker:
             logger.info("pmi_generate: separate-cache path (%s)", blocker)
         kwargs.pop("logits_processor", None)
-        # greedy search and sampling: a per-row constant in the branch's log-probs changes no token,
-        # nor does skipping the branch where a row has one candidate (the returned scores would
-        # change, so not with output_scores); otherwise automatic
-        one_row_each = ((config.num_beams or 1) == 1 and not config.output_scores
-                        and not isinstance(alpha, AdaptiveAlpha))
-        proc = PMIDecode(alpha, p, model=model, unconditional_inputs=uncond, normalize=normalize,
-                         conditional_end=conditional_end, eos_token_id=ends,
-                         nucleus_projection=(one_row_each and pmi_cap is None) or None,
-                         plausibility=plausibility, defer_single_token=one_row_each, pmi_cap=pmi_cap)
+        proc = separate_processor(model, config, uncond, ends, alpha=alpha, p=p, normalize=normalize,
+                                  conditional_end=conditional_end, plausibility=plausibility, pmi_cap=pmi_cap)
         processors = LogitsProcessorList(list(user_processors or []) + [proc])
         # not where the first step's hidden states or attentions are asked for: they would cover the
         # last prompt position alone, the others being in the cache already
