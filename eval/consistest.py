@@ -21,8 +21,8 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from pmi_decode.config import load_config as _load_config
 from pmi_decode.data.consistest import load_samples, to_record
 from pmi_decode.data.records import LoadReport
 from pmi_decode.decode_config import DecodeConfig
@@ -43,19 +43,9 @@ SYSTEMS = {"pmi_response": "PMI-Decode", "plain_response": "plain"}
 
 
 def load_config(path=None, overrides=()) -> dict:
-    config = dict(DEFAULTS)
-    if path:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-        unknown = sorted(set(loaded) - set(DEFAULTS))
-        if unknown:
-            raise SystemExit(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(DEFAULTS))}")
-        config.update(loaded)
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or key not in DEFAULTS:
-            raise SystemExit(f"--set takes KEY=VALUE with a known key, got {item!r}")
-        config[key] = yaml.safe_load(value)
-    return config
+    """The defaults, the file and the ``--set`` overrides; any decoding option (a ``DecodeConfig``
+    field) may be set beside the keys above."""
+    return _load_config(DEFAULTS, path, overrides, also=DecodeConfig.file_option_names())
 
 
 #: The config keys that decide what a sample's prompt holds (not which samples are drawn: a larger

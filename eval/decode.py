@@ -35,7 +35,8 @@ DEFAULTS = {
     "holdout": None,             # the same holdout as the fine-tuning config: decodes its "test" part
     "max_examples": None,
     "output_dir": None,          # default: {checkpoint}/decode
-    # each strategy sets its own decoding options (any DecodeConfig field); those below apply to all
+    # each strategy sets its own decoding options (any DecodeConfig field); those below, and any other
+    # DecodeConfig field given at the top level (pmi_cap, plausibility, ...), apply to all
     "strategies": {"beam_search": {"num_beams": 4, "do_sample": False},
                    "beam_sampling": {"num_beams": 4, "do_sample": True}},
     "alpha": 0.5,
@@ -51,7 +52,7 @@ DEFAULTS = {
 
 
 def load_config(path=None, overrides=()) -> dict:
-    config = _load_config(DEFAULTS, path, overrides)
+    config = _load_config(DEFAULTS, path, overrides, also=DecodeConfig.file_option_names())
     check_strategies(config["strategies"])
     return config
 

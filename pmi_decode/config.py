@@ -39,9 +39,13 @@ def apply_override(config: dict, assignment: str, known) -> None:
     node[parts[-1]] = parse_value(value)
 
 
-def load_config(defaults: dict, path=None, overrides=()) -> dict:
-    """``defaults``, updated by the YAML file at ``path`` (if any), then by ``overrides``."""
+def load_config(defaults: dict, path=None, overrides=(), also=()) -> dict:
+    """``defaults``, updated by the YAML file at ``path`` (if any), then by ``overrides``. ``also``:
+    keys known without a default of the script's (a decoding script passes
+    ``DecodeConfig.file_option_names()``, so every decoding option can be set, the library's
+    default applying otherwise)."""
     config = copy.deepcopy(defaults)
+    known = set(defaults) | set(also)
     if path is not None:
         try:
             data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
@@ -51,12 +55,12 @@ def load_config(defaults: dict, path=None, overrides=()) -> dict:
             raise ValueError(f"{path}: cannot read the config ({err.strerror})") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a mapping of config keys")
-        unknown = set(data) - set(defaults)
+        unknown = set(data) - known
         if unknown:
-            raise ValueError(f"{path}: unknown config keys {sorted(unknown)}; known: {sorted(defaults)}")
+            raise ValueError(f"{path}: unknown config keys {sorted(unknown)}; known: {sorted(known)}")
         config.update(data)
     for assignment in overrides:
-        apply_override(config, assignment, defaults)
+        apply_override(config, assignment, known)
     return config
 
 

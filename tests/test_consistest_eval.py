@@ -65,8 +65,10 @@ def test_unloadable_nli_falls_back_to_rules_and_says_why(tmp_path):
 
 
 def test_config_errors_are_clear(tmp_path):
-    with pytest.raises(SystemExit, match="known key"):
+    with pytest.raises(ValueError, match="unknown config key 'nonsense'"):
         consistest_eval.load_config(None, ["nonsense=1"])
+    # every decoding option may be set, as in the other decoding scripts
+    assert consistest_eval.load_config(None, ["pmi_cap=1", "plausibility=0.2"])["pmi_cap"] == 1.0
     with pytest.raises(ValueError, match="distances"):
         consistest_eval.run(config(tmp_path, distances="[0, 5]"))
 

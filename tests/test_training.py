@@ -301,7 +301,8 @@ def test_decode_script_writes_scoreable_jsonl_and_resumes(tmp_path):
                        eval_records=[])
     config = load_decode_config(ROOT / "configs" / "decode_topicalchat.yaml", [
         f"checkpoint={summary['output_dir']}", f"data_dir={FIX / 'topicalchat_postbuild'}", "split=validation",
-        "max_examples=6", "max_new_tokens=5", "batch_size=2", f"output_dir={tmp_path / 'dec'}"])
+        "max_examples=6", "max_new_tokens=5", "batch_size=2", f"output_dir={tmp_path / 'dec'}",
+        "pmi_cap=1"])  # any decoding option at the top level applies to every strategy
     written = decode(config)
     assert set(written) == {"beam_search", "beam_sampling"}
     rows = read_jsonl(written["beam_search"])
@@ -309,7 +310,7 @@ def test_decode_script_writes_scoreable_jsonl_and_resumes(tmp_path):
     assert [r["id"] for r in rows] == [r["id"] for r in script.records_to_decode(config)]  # input order
     for row in rows:
         assert {"id", "document", "history", "response", "pmi_response", "plain_response", "settings"} <= set(row)
-        assert row["settings"]["num_beams"] == 4
+        assert row["settings"]["num_beams"] == 4 and row["settings"]["pmi_cap"] == 1.0
     assert read_jsonl(written["beam_sampling"])[0]["settings"]["do_sample"] is True
     scored = score_records(rows, metrics=["unigram_f1"])
     assert "unigram_f1" in json.dumps(scored[0]["scores"]["pmi_response"])
