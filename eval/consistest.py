@@ -79,9 +79,9 @@ def decode(config: dict, samples, out_dir: Path, model=None, tokenizer=None) -> 
     # what builds each sample's prompt is part of what the records hold: a resume with another is refused
     built = {key: config[key] for key in SAMPLE_SETTINGS}
     run = dict(compare=bool(config["compare"]), model_name=name, extra_settings=built)
-    done = read_done_ids(path, decode_settings(decoding, **run))
     records = [{"id": r.id, "document": r.document, "history": r.history, "response": r.response}
                for r in (to_record(s, document_mode=config["document_mode"]) for s in samples)]
+    done = read_done_ids(path, decode_settings(decoding, **run), records)
     todo = [r for r in records if r["id"] not in done]
     logger.info("%d samples to decode (%d already in %s)", len(todo), len(done), path)
     if todo:

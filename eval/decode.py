@@ -150,7 +150,7 @@ def decode(config: dict) -> dict:
                            processes=processes, **run)
             written[name] = str(path)
             continue
-        done = read_done_ids(path, settings)
+        done = read_done_ids(path, settings, records)  # the same settings, and the same dialogues
         todo = [r for r in records if str(r["id"]) not in done]
         logger.info("%s: %d to decode (%d already in %s)", name, len(todo), len(done), path)
         if todo:  # batches formed over all records (each keeps its batch and seed), the done ones skipped

@@ -241,7 +241,7 @@ def _run_generate(args) -> int:
     processes = process_group()
     if processes.count > 1 or shard_dir(args.output).is_dir():  # the latter: finish a multi-process run
         return _run_generate_sharded(args, records, config, settings, processes)
-    done = read_done_ids(args.output, settings)
+    done = read_done_ids(args.output, settings, records)  # the same settings, and inputs unchanged
     todo = [r for r in records if str(r["id"]) not in done]
     skipped = len(records) - len(todo)
     if skipped:
@@ -298,7 +298,9 @@ def main(argv=None) -> int:
         print(f"pmi-decode {args.command}: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"pmi-decode {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
+        # a command that keeps nothing of a stopped run says so (args.on_interrupt)
+        what = getattr(args, "on_interrupt", None) or "rerun the same command to resume"
+        print(f"pmi-decode {args.command}: interrupted; {what}", file=sys.stderr)
         return 130
 
 

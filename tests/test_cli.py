@@ -525,3 +525,90 @@ def test_packed_on_a_model_that_cannot_take_it_is_a_clear_error(tmp_path, capsys
     inp = _write_input(tmp_path / "in.jsonl", _records(1))
     assert _gen(folder, inp, str(tmp_path / "out.jsonl"), "--packed", "on") != 0
     assert "the packed path cannot be used here: an encoder-decoder model" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- resuming a changed input
+def test_resume_refuses_an_input_whose_dialogues_changed(tmp_path, llama_dir, capsys):
+    """Same ids, another document (or history, or gold response): the old responses must not be
+    kept as if they answered the new input."""
+    records = _records(4)
+    out = tmp_path / "out.jsonl"
+    assert _gen(llama_dir, _write_input(tmp_path / "in.jsonl", records), str(out), "--num-beams", "1") == 0
+    before = out.read_text()
+    for field, value in (("document", "Another document."), ("history", ["Another question?"]),
+                         ("response", "another gold")):
+        changed = [dict(r) for r in records]
+        changed[2][field] = value
+        assert _gen(llama_dir, _write_input(tmp_path / "changed.jsonl", changed), str(out), "--num-beams", "1") == 1
+        err = capsys.readouterr().err
+        assert "1 of the 4 dialogues already decoded" in err and "first: id 'd2'" in err, err
+        assert "write to a new --output" in err
+        assert out.read_text() == before
+
+
+def test_resume_warns_once_about_records_no_longer_in_the_input(tmp_path, llama_dir, caplog):
+    records = _records(4)
+    out = tmp_path / "out.jsonl"
+    assert _gen(llama_dir, _write_input(tmp_path / "in.jsonl", records), str(out), "--num-beams", "1") == 0
+    assert main(["generate", "--model", llama_dir, "--input", _write_input(tmp_path / "two.jsonl", records[:2]),
+                 "--output", str(out), "--max-new-tokens", "6", "--num-beams", "1"]) == 0
+    assert caplog.text.count("2 records have ids that are not in the input any more") == 1, caplog.text
+    assert [r["id"] for r in _read(out)] == [r["id"] for r in records], "they are kept"
+
+
+def test_resume_refuses_an_output_that_holds_an_id_twice(tmp_path, llama_dir, capsys):
+    """Two runs on one --output at once write every id twice; a rerun must not take that file as done."""
+    inp = _write_input(tmp_path / "in.jsonl", _records(2))
+    out = tmp_path / "out.jsonl"
+    assert _gen(llama_dir, inp, str(out), "--num-beams", "1") == 0
+    out.write_text(out.read_text() * 2)
+    assert _gen(llama_dir, inp, str(out), "--num-beams", "1") == 1
+    err = capsys.readouterr().err
+    assert f"{out}:3: id 'd0' is in this output twice (first on line 1)" in err and "new --output" in err
+    with pytest.raises(DialogueFileError, match="twice"):
+        read_done_ids(out)
+
+
+def test_an_unpaired_surrogate_is_refused_with_the_line_before_the_model_loads(tmp_path, capsys):
+    """"\\ud800" is valid JSON but no text: it used to end in a tokenizer traceback."""
+    good = json.dumps(_records(1)[0])
+    inp = tmp_path / "in.jsonl"
+    for bad in ('{"id": "x", "document": "D\\ud800x", "history": ["hi"]}',
+                '{"id": "x", "document": "D", "history": ["hi", "a\\udc00"]}'):
+        inp.write_text(good + "\n" + bad + "\n")
+        # no such model: the input is refused before any model is looked for
+        assert _gen(str(tmp_path / "no-model"), str(inp), str(tmp_path / "out.jsonl")) == 1
+        err = capsys.readouterr().err
+        assert f"{inp}:2: '" in err and "not valid text (unpaired surrogate" in err and "Traceback" not in err, err
+    with pytest.raises(DialogueFileError, match=r"'history\[1\]' is not valid text"):
+        read_dialogues_jsonl(inp)
+
+
+def test_a_last_turn_longer_than_max_length_names_its_dialogue(tmp_path, llama_dir, capsys):
+    records = _records(3)
+    records[1]["history"] = ["word " * 200]
+    assert _gen(llama_dir, _write_input(tmp_path / "in.jsonl", records), str(tmp_path / "out.jsonl"),
+                "--max-input-length", "32") == 1
+    err = capsys.readouterr().err
+    assert "dialogue id 'd1'" in err and "does not fit in max_length=32" in err, err
+
+
+def test_an_interrupted_score_says_nothing_was_kept(tmp_path, capsys, monkeypatch):
+    """One-process scoring keeps nothing of a stopped run: the message must not promise a resume,
+    and the output is written whole or not at all."""
+    import pmi_decode.batch.scoring as scoring
+
+    inp = _write_input(tmp_path / "in.jsonl", [dict(r, pmi_response="an answer") for r in _records(2)])
+    out = tmp_path / "scored.jsonl"
+    out.write_text("the old file\n")
+
+    def stopped(*args, **kwargs):
+        yield {"id": "d0"}
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scoring, "score_records", lambda records, metrics, **kw: stopped())
+    assert main(["score", "--input", inp, "--output", str(out), "--metrics", "knowledge_f1"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted; nothing was written" in err and "resume" not in err, err
+    assert out.read_text() == "the old file\n", "an interrupted write leaves the old file whole"
+    assert [p.name for p in tmp_path.iterdir()] and not list(tmp_path.glob("*.writing"))

@@ -244,3 +244,66 @@ def test_models_are_checked_before_decoding(tmp_path):
     cd.check_models(config, ["decode"])  # the scorer is not needed to decode
     with pytest.raises(SystemExit, match="generator"):
         cd.check_models(dict(config, generator=str(tmp_path / "nope")), ["decode"])
+
+
+def test_score_stage_scores_a_system_again_when_its_generations_changed(tmp_path, monkeypatch):
+    """Same number of rows, other responses (the system was decoded again): the old scores are
+    not kept; unchanged generations are not scored again; a score file without the hash is."""
+    import pmi_decode.metrics.pmi_faith as pmi_faith
+    import pmi_decode.metrics.reader as reader
+
+    calls = []
+
+    class FakeScorer:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def score(self, docs, hists, resp):
+            calls.append(list(resp))
+            return [{"cpmi_sum": float(len(r)), "cpmi_mean": 1.0} for r in resp]
+
+    monkeypatch.setattr(pmi_faith, "PMIFaith", FakeScorer)
+    monkeypatch.setattr(reader, "reader_measures", lambda d, h, r: [{} for _ in r])
+    monkeypatch.setattr(cd, "_checkers", lambda config: (_Counting("v1"), None))
+    config = {"output_dir": str(tmp_path), "systems": {"s": {"alpha": 0.5}}, "scorer_model": "scorer"}
+    inputs = [{"id": str(i), "document": "d", "history": ["h"], "response": "g"} for i in range(2)]
+    gen = cd._paths(config, "s")["generations"]
+    gen.parent.mkdir(parents=True)
+
+    def decoded(responses):
+        gen.write_text("".join(json.dumps({"id": str(i), "document": "d", "history": ["h"], "response": "g",
+                                           "pmi_response": r, "settings": {"alpha": 0.5}}) + "\n"
+                               for i, r in enumerate(responses)))
+
+    decoded(["one", "two"])
+    cd.score(config, inputs)
+    assert calls == [["one", "two"]]
+    cd.score(config, inputs)
+    assert len(calls) == 1, "unchanged generations are not scored again"
+    decoded(["three", "four"])
+    cd.score(config, inputs)
+    assert calls[-1] == ["three", "four"]
+    scores = json.loads(cd._paths(config, "s")["scores"].read_text())
+    assert [r["response"] for r in scores["scores"]] == ["three", "four"]
+    cd.score(dict(config, scorer_model="other"), inputs)
+    assert len(calls) == 3, "another scorer model scores again"
+    path = cd._paths(config, "s")["scores"]
+    data = json.loads(path.read_text())
+    del data["scored_from"]  # a file written before the hash existed
+    path.write_text(json.dumps(data))
+    cd.score(dict(config, scorer_model="other"), inputs)
+    assert len(calls) == 4
+
+
+def test_a_settings_refusal_names_the_flag_this_script_has(tmp_path):
+    """eval/compare_decoding.py has --output-dir, not --output."""
+    from pmi_decode.batch.decode import DialogueFileError
+
+    config = dict(CONFIG, generator="some-model", output_dir=str(tmp_path), systems={"s": {"alpha": 0.5}})
+    path = cd._paths(config, "s")["generations"]
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"id": "0", "document": "d", "history": ["h"], "pmi_response": "r",
+                                "settings": {"alpha": 0.25}}) + "\n")
+    with pytest.raises(DialogueFileError, match="other settings") as err:
+        cd.decode(config, [{"id": "0", "document": "d", "history": ["h"]}])
+    assert str(err.value).endswith("write to a new --output-dir")

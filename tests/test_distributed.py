@@ -301,3 +301,23 @@ def test_settings_difference_names_only_the_differing_keys():
     new = {"model": "m", "alpha": 0.5, "seed": 0, "format": {"a": 2}, "compare": True}
     assert settings_difference(old, new) == ('alpha: 0.25 in the file, 0.5 now; format: {"a": 1} in the file, '
                                              '{"a": 2} now; compare: absent in the file, true now')
+
+
+def test_a_sharded_resume_refuses_an_input_whose_dialogues_changed(tmp_path, tiny):
+    """As one process does: records already decoded (in the output or a shard file) must come
+    from the same document and history as the input's record of their id."""
+    from pmi_decode.batch.decode import DialogueFileError
+
+    model, tokenizer = tiny
+    records = _records(4)
+    out = tmp_path / "out.jsonl"
+    shard_path(out, 0, 2).parent.mkdir(parents=True)
+    first = decode_records(records, model, tokenizer, compare=True, progress=False, shard=(0, 2), **DECODE)
+    shard_path(out, 0, 2).write_text(json.dumps(next(first)) + "\n")  # a killed run: one record written
+    changed = [dict(r, document="Another document.") for r in records]
+    for index in (1, 0):
+        with pytest.raises(DialogueFileError, match=r"1 of the 1 dialogues already decoded .*new --output"):
+            decode_sharded(changed, out, lambda: (model, tokenizer), settings=_settings(),
+                           processes=Processes(index, 2), compare=True, progress=False, **DECODE)
+    _sharded(records, out, model, tokenizer, 2)  # the same input finishes the run
+    assert sorted(r["id"] for r in _read(out)) == [r["id"] for r in records]

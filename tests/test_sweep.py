@@ -451,3 +451,38 @@ def test_the_answers_reach_every_cells_generations(tmp_path, models):
     by_id = {r["id"]: r for r in rows}
     assert by_id["r0"]["answers"] == ["1889"] and by_id["r1"]["answerable"] is False
     assert by_id["r2"]["answers"] == ["Liverpool"] and by_id["r2"]["answerable"] is True
+
+
+def test_a_cell_is_redone_when_batch_size_or_the_input_file_changed(tmp_path, models, caplog):
+    """batch_size and the input's content are part of a cell's settings: a finished cell decoded
+    with another batch size, or from an input file edited since (same path), is decoded again,
+    and the warning names what changed; a cell file written before these keys existed is redone."""
+    import logging
+
+    from pmi_decode.experiments.sweep import _generation_done
+
+    generator, _ = models
+    inp = tmp_path / "in.jsonl"
+    _jsonl(inp, RECORDS)
+    config = SweepConfig(input=str(inp), output_dir=str(tmp_path / "out"), methods=["beam_search"], alphas=[0.5],
+                         ps=[0.9], num_beams=2, max_new_tokens=5, batch_size=2, scorer_model="tiny-scorer")
+    assert generate_cells(config, RECORDS, *generator, progress=False) == config.cells
+    path = cell_paths(config.output_dir, config.cells[0])["generations"]
+    settings = config.generation_settings("beam_search")
+    assert settings["batch_size"] == 2 and len(settings["input_sha256"]) == 64
+    assert generate_cells(config, RECORDS, *generator, progress=False) == [], "nothing changed: kept"
+    with caplog.at_level(logging.WARNING, logger="pmi_decode.experiments.sweep"):
+        assert not _generation_done(path, SweepConfig(**{**vars(config), "batch_size": 3}).generation_settings(
+            "beam_search"))
+    assert "batch_size: 2 in the file, 3 now" in caplog.text
+    _jsonl(inp, [dict(RECORDS[0], document="another document")] + RECORDS[1:])  # edited in place
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pmi_decode.experiments.sweep"):
+        assert generate_cells(config, RECORDS, *generator, progress=False) == config.cells
+    assert "input_sha256" in caplog.text
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for key in ("batch_size", "input_sha256"):  # a cell file from before these keys: redone
+        old = dict(config.generation_settings("beam_search"))
+        del old[key]
+        path.write_text("".join(json.dumps(dict(r, sweep_settings=old)) + "\n" for r in rows))
+        assert not _generation_done(path, config.generation_settings("beam_search"), say=False)

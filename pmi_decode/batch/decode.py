@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "DialogueFileError",
+    "check_done_inputs",
     "check_output_path",
     "decode_records",
     "decode_settings",
@@ -89,6 +90,15 @@ def _check_record(obj, where: str) -> dict:
             raise DialogueFileError(f"{where}: 'history'[{i}] must be a string, got {type(turn).__name__}")
     if "response" in obj and obj["response"] is not None and not isinstance(obj["response"], str):
         raise DialogueFileError(f"{where}: 'response' must be a string, got {type(obj['response']).__name__}")
+    texts = [("id", rid), ("document", obj["document"]), *((f"history[{i}]", t) for i, t in enumerate(history)),
+             ("response", obj.get("response"))]
+    for name, text in texts:
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise DialogueFileError(f"{where}: '{name}' is not valid text (unpaired surrogate "
+                                        f"{text[err.start]!r} at character {err.start})") from None
     return obj
 
 
@@ -184,12 +194,16 @@ def reorder_output(path: str | os.PathLike, ids: Sequence) -> None:
     os.replace(tmp, path)
 
 
-def read_done_ids(path: str | os.PathLike, settings: dict | None = None) -> set[str]:
+def read_done_ids(path: str | os.PathLike, settings: dict | None = None, inputs: Sequence[dict] | None = None, *,
+                  flag: str = "--output") -> set[str]:
     """Ids already decoded in an output file, to resume an interrupted run.
 
     A last line cut off mid-write (no newline, not valid JSON) is removed from the file, so
     resuming never leaves a half record. When ``settings`` is given, earlier records must have
-    been decoded with the same settings.
+    been decoded with the same settings. An id written twice (two runs on one output) is
+    refused. With ``inputs`` (the records to decode), each done record must hold the same
+    document, history and response as the input record of its id (:func:`check_done_inputs`).
+    ``flag``: the option a refusal tells the user to give a new value (``--output``).
     """
     path = Path(path)
     if not path.exists():
@@ -211,7 +225,8 @@ def read_done_ids(path: str | os.PathLike, settings: dict | None = None) -> set[
             logger.warning("%s: dropping an incomplete last line left by an interrupted run", path)
             with open(path, "r+b") as handle:
                 handle.truncate(cut)
-    done = set()
+    done: dict[str, dict] = {}
+    lines: dict[str, str] = {}
     for where, obj in _json_records(path, "the output file holds a line that is not valid JSON"):
         if not isinstance(obj, dict) or "id" not in obj:
             raise DialogueFileError(f"{where}: the output file holds a record without an 'id'")
@@ -219,10 +234,44 @@ def read_done_ids(path: str | os.PathLike, settings: dict | None = None) -> set[
             raise DialogueFileError(
                 f"{where}: this output was decoded with other settings "
                 f"({settings_difference(obj.get('settings'), settings)}); pass the same settings to resume, "
-                "or write to a new --output"
+                f"or write to a new {flag}"
             )
-        done.add(str(obj["id"]))
-    return done
+        key = str(obj["id"])
+        if key in done:
+            raise DialogueFileError(
+                f"{where}: id {obj['id']!r} is in this output twice (first on line {lines[key]}): two runs wrote "
+                f"to it, so it cannot be resumed; write to a new {flag}"
+            )
+        lines[key] = where.rsplit(":", 1)[1]
+        done[key] = {k: obj.get(k) for k in INPUT_FIELDS} if inputs is not None else {}
+    if inputs is not None:
+        check_done_inputs(path, done, inputs, flag=flag)
+    return set(done)
+
+
+#: The input fields a resumed output record must share with the input record of its id.
+INPUT_FIELDS = ("document", "history", "response")
+
+
+def check_done_inputs(path, done: dict[str, dict], inputs: Sequence[dict], *, warn: bool = True,
+                      flag: str = "--output") -> None:
+    """Refuse to resume ``path`` when a record already decoded (``done``: by id) holds another
+    document, history or response than the input record of its id (the input changed between
+    runs; its old responses would be kept). Records of ids no longer in the input are kept, with
+    one warning line."""
+    by_id = {str(r["id"]): r for r in inputs}
+    changed = [key for key, rec in done.items()
+               if key in by_id and any(rec.get(k) != by_id[key].get(k) for k in INPUT_FIELDS)]
+    if changed:
+        raise DialogueFileError(
+            f"{path}: {len(changed)} of the {sum(k in by_id for k in done)} dialogues already decoded there have "
+            f"another document, history or response in the input now (first: id {changed[0]!r}); the input must "
+            f"not change between runs: write to a new {flag}"
+        )
+    gone = sum(key not in by_id for key in done)
+    if gone and warn:
+        logger.warning("%s: %d records have ids that are not in the input any more; they are kept (after the "
+                       "input's records)", path, gone)
 
 
 def write_records(path: str | os.PathLike, records: Iterable[dict]) -> int:
@@ -470,8 +519,13 @@ def decode_records(
     settings = config.settings(compare=compare, model_name=model_name, **(extra_settings or {}))
     prompt_options = dict(format=config.format, max_history_turns=config.max_history_turns, max_length=max_length,
                           chat_template=config.chat_template)
-    lengths = [len(encode_dialogue(tokenizer, r["document"], r["history"], is_encoder_decoder=enc_dec,
-                                   **prompt_options).conditional) for r in records]
+    lengths = []
+    for r in records:
+        try:
+            lengths.append(len(encode_dialogue(tokenizer, r["document"], r["history"], is_encoder_decoder=enc_dec,
+                                               **prompt_options).conditional))
+        except ValueError as err:  # e.g. a last turn longer than max_length: say which dialogue
+            raise ValueError(f"dialogue id {r['id']!r}: {err}") from None
     processor_options = config.processor_options()
     group = config.hypotheses_per_dialogue
     response_guards = config.response_guards(tokenizer, model)

@@ -299,11 +299,14 @@ def decode_sharded(
     ``settings``, what finished records must carry, defaults to what they describe
     (:func:`~pmi_decode.batch.decode.decode_settings`).
     """
-    from .decode import decode_records, decode_settings
+    from .decode import check_done_inputs, decode_records, decode_settings
 
     processes = processes or process_group()
     if settings is None:
         settings = decode_settings(config, **decode_options)
+    # records already written must have been decoded from the same inputs (each process reads the
+    # same files, so all refuse alike, before any of them writes)
+    check_done_inputs(output, _finished(Path(output), settings, None, True), records, warn=processes.is_main)
 
     def compute(index, count, done):
         if all(str(r["id"]) in done for r in records):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -316,11 +317,19 @@ def _default_output(args) -> Path:
 
 
 def write_jsonl(records, path) -> None:
+    """Write ``records`` to ``path`` atomically: into a file beside it, renamed over it when
+    whole, so an interrupted write leaves the old file (or none), never half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    tmp = path.with_name(path.name + ".writing")
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 # ---------------------------------------------------------------------------- summaries
@@ -491,8 +500,12 @@ def run_score(args) -> Path:
     processes = process_group()
     if processes.count > 1:
         return _run_score_sharded(args, records, metrics, processes)
+    # one process keeps nothing of a run stopped part way: what `pmi-decode` says when interrupted
+    args.on_interrupt = "nothing was written; rerun the same command to score from the start"
     scored = score_records(records, metrics, progress=True, **_score_options(args, args.device))
     write_jsonl(scored, output)
+    args.on_interrupt = (f"the scored records are in {output}, the summary is not; rerun the same command "
+                         "(it scores again)")
     _report(scored, output, args, metrics)
     return output
 

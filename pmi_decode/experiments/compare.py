@@ -8,7 +8,8 @@ built by :func:`system_config`. Stages (each resumes where it stopped):
 1. decode: one JSONL per system under ``<output_dir>/generations/`` (appended dialogue by dialogue);
 2. score: one JSON per system under ``<output_dir>/scores/``: PMI-Faith under an independent scorer
    model, ROUGE-L and BLEU against the human response, the reader measures of
-   :mod:`pmi_decode.metrics.reader`, grammar errors, and layout leaks;
+   :mod:`pmi_decode.metrics.reader`, grammar errors, and layout leaks (scored again when the
+   system's generations or the scorer changed since: :func:`scored_from`);
 3. report: ``comparison.json`` and ``comparison.md``: system means, paired differences against the
    baseline with 95% intervals, the goal check, and examples drawn with a fixed seed.
 
@@ -17,6 +18,7 @@ built by :func:`system_config`. Stages (each resumes where it stopped):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -179,7 +181,7 @@ def decode(config, inputs: list[dict]) -> None:
         # the settings a rerun expects are those decode_records stores, so finished dialogues resume
         settings = decode_settings(decoding, model_name=config["generator"])
         path = _paths(config, name)["generations"]
-        plans.append((name, decoding, path, read_done_ids(path, settings)))
+        plans.append((name, decoding, path, read_done_ids(path, settings, inputs, flag="--output-dir")))
     started = time.time()
     for block in range(0, len(inputs), batch_size):
         turns = inputs[block:block + batch_size]
@@ -280,6 +282,17 @@ def regrade(path: Path, checker, harper) -> bool:
     return True
 
 
+def scored_from(config, rows: list[dict]) -> dict:
+    """What a system's scores depend on besides the grammar checker: the scorer's settings and a
+    hash of the generations scored (ids, inputs, responses, decoding settings). Saved in the score
+    file; the score stage scores a system again when it differs (a file without it: always)."""
+    rows = [{k: r.get(k) for k in ("id", "document", "history", "response", "pmi_response", "settings")}
+            for r in rows]
+    digest = hashlib.sha256(json.dumps(rows, ensure_ascii=False, sort_keys=True).encode("utf-8")).hexdigest()
+    return {"scorer_model": config.get("scorer_model"), "scorer_max_length": config.get("scorer_max_length"),
+            "max_history_turns": config.get("max_history_turns"), "generations_sha256": digest}
+
+
 def score(config, inputs: list[dict]) -> None:
     from ..metrics.overlap import bleu, rouge_l
     from ..metrics.pmi_faith import PMIFaith
@@ -298,8 +311,11 @@ def score(config, inputs: list[dict]) -> None:
             continue
         if len(rows) < len(inputs):
             print(f"[score] {name}: {len(rows)} of {len(inputs)} turns decoded so far; scoring those", flush=True)
-        if paths["scores"].is_file() and json.loads(paths["scores"].read_text()).get("n") == len(rows):
-            continue
+        if paths["scores"].is_file():
+            if json.loads(paths["scores"].read_text(encoding="utf-8")).get("scored_from") == scored_from(config, rows):
+                continue
+            print(f"[score] {name}: the generations or the scorer changed since it was scored; scoring again",
+                  flush=True)
         pending.append((name, rows))
     rescored = {_paths(config, name)["scores"] for name, _ in pending}
     graded = [path for path in graded if path not in rescored]
@@ -330,7 +346,8 @@ def score(config, inputs: list[dict]) -> None:
                         "cpmi_mean": pmi[i].get("cpmi_mean"), "rouge_l": rl[i], "bleu": bl[i],
                         **grammar[i], "layout_leak": leaks[i], **reader[i]})
         data = {"system": name, "settings": rows[0]["settings"], "scorer_model": config["scorer_model"],
-                "n": len(per), "grading": grading(checker, harper), "scores": per}
+                "n": len(per), "grading": grading(checker, harper), "scored_from": scored_from(config, rows),
+                "scores": per}
         path = _paths(config, name)["scores"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")

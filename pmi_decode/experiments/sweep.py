@@ -18,6 +18,7 @@ redone. The table (:func:`pmi_decode.experiments.report.sweep_table`), the best 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -200,10 +201,13 @@ class SweepConfig:
     def generation_settings(self, method: str) -> dict:
         """What a generation cell depends on; a cell file made with other settings is redone."""
         keys = ("dataset", "split", "num_turns", "generator", "chat_template", "num_beams", "max_new_tokens",
-                "max_length", "max_history_turns", "seed")
+                "max_length", "max_history_turns", "batch_size", "seed")
         settings = {"method": method, **{k: getattr(self, k) for k in keys}}
         if self.input is not None:  # only when set, so cells of named data sets stay valid
             settings["input"] = self.input
+            digest = input_fingerprint(self.input)
+            if digest is not None:  # a file or a saved folder: its content, so an edited input is redone
+                settings["input_sha256"] = digest
         if self.decode_options:  # only when set, so cells decoded before the option existed stay valid
             settings["decode_options"] = dict(sorted(self.decode_options.items()))
         return settings
@@ -212,6 +216,32 @@ class SweepConfig:
         return {"scorer_model": self.scorer_model, "scorer_chat_template": self.scorer_chat_template,
                 "scorer_max_length": self.scorer_max_length, "max_history_turns": self.max_history_turns,
                 "pmi_statistic": self.pmi_statistic, "grammar_backend": self.grammar_backend}
+
+
+_FINGERPRINTS: dict = {}
+
+
+def input_fingerprint(source) -> str | None:
+    """The sha256 of an input's bytes: a file's, or every file's under a folder (by relative
+    path); ``None`` for a hub data set id. Kept per (path, size, modification time)."""
+    path = Path(source)
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+    else:
+        return None
+    stats = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    if _FINGERPRINTS.get(str(path), (None,))[0] != stats:
+        digest = hashlib.sha256()
+        for p in files:
+            if p != path:  # a folder's file: its name counts too
+                digest.update(str(p.relative_to(path)).encode("utf-8") + b"\0")
+            with open(p, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+        _FINGERPRINTS[str(path)] = (stats, digest.hexdigest())
+    return _FINGERPRINTS[str(path)][1]
 
 
 def _shared_option_names() -> list[str]:
@@ -359,7 +389,11 @@ def _generation_done(path: Path, settings: dict, *, say: bool = True) -> bool:
     if rows and rows[0].get("sweep_settings") == settings:
         return True
     if say:  # once per cell: the plan asks first (say=False), the decoding says it
-        logger.warning("%s was made with other settings; decoding it again", path)
+        from ..batch.sharing import settings_difference
+
+        written = rows[0].get("sweep_settings") if rows else None
+        logger.warning("%s was made with other settings (%s); decoding it again", path,
+                       settings_difference(written, settings) if rows else "the file is empty")
     return False
 
 
