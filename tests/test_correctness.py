@@ -294,6 +294,7 @@ ABSTENTION_FLOORS = [
                                                  # sixteenth's changes, 0.92 / 0.60 before this release's)
     ("fact_integrity_nineteenth.jsonl", 0.9, 0.95),  # its 25 abstentions among 169 responses, run once: 0.96 / 1.00
     ("fact_integrity_twentieth.jsonl", 0.95, 0.85),  # its 28 abstentions among 181 responses, run once: 1.00 / 0.93
+    ("fact_integrity_twentyfirst.jsonl", 0.75, 0.75),  # its 15 abstentions among 186, run once, never read: 0.80 / 0.80
 ]
 
 
@@ -375,7 +376,10 @@ WRONG_FACT_FLOORS = [
     ("fact_integrity_eighteenth.jsonl", 0.55, 0.85),  # an eighth, run once: 0.60 / 0.90 (before this release 0.57 / 0.85)
     ("fact_integrity_nineteenth.jsonl", 0.65, 0.7),   # a ninth, 169 cases: 0.60 / 0.64 at first; read, and times of
                                                       # day, ranges, measures and currencies widened on it: 0.68 / 0.73
-    ("fact_integrity_twentieth.jsonl", 0.7, 0.7),     # a tenth, 181 cases, run once: 0.757 / 0.747
+    ("fact_integrity_twentieth.jsonl", 0.7, 0.7),     # a tenth, 181 cases, run once: 0.757 / 0.747; read: 0.836 / 0.813
+    ("fact_integrity_twentyfirst.jsonl", 0.65, 0.6),  # an eleventh, 186 cases, half of the wrong ones a true value given
+                                                      # to another question; never read: 0.727 / 0.495 before the
+                                                      # bare-answer rule, 0.727 / 0.66 after
 ]
 
 
@@ -868,3 +872,22 @@ def test_what_a_reader_takes_as_no_fact_is_not_flagged(response, wrong):
 ])
 def test_not_having_the_asked_value_is_an_abstention(response, said):
     assert abstains(response, "What is the phone number?") == said
+
+
+ROVERS = ("The Harbour Rovers were founded in 1921 and first played at Mill Lane. The club moved to Quay Park "
+        "in 1964, and the ground was renamed the Rovers Arena in 1998. A season ticket costs £240; a single "
+        "match ticket costs £18.")
+
+
+@pytest.mark.parametrize("question, response, wrong", [
+    ("When did the club move to Quay Park?", "In 1964.", False),
+    ("When did the club move to Quay Park?", "In 1998.", True),      # the rename's year, given to the move
+    ("When did the club move to Quay Park?", "1921.", True),         # the founding year
+    ("How much is a season ticket?", "£240.", False),
+    ("How much is a season ticket?", "£18.", True),                  # the single ticket's price
+    ("Tell me about the club.", "In 1998.", False),                  # no question a value answers: not weighed
+])
+def test_a_bare_answer_is_weighed_by_what_the_question_asks(question, response, wrong):
+    """A bare answer says nothing of its own value: the question's words stand in for its clause."""
+    found = wrong_facts(ROVERS, [question], response)
+    assert bool(found) == wrong, found

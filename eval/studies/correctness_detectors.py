@@ -37,6 +37,8 @@
         > docs/results/correctness/detectors_0c8664c.json           # before the nineteenth set's changes
     python eval/studies/correctness_detectors.py --rules-of 87a1680 \
         > docs/results/correctness/detectors_87a1680.json           # before the twentieth set's changes
+    python eval/studies/correctness_detectors.py --rules-of 60baa71 \
+        > docs/results/correctness/detectors_60baa71.json           # before the bare-answer rule
 
 The sets, in the order they were written (tests/fixtures/correctness/): a development set the
 rules were tuned on, a second set looked at once (the number-word and abstention rules were
@@ -126,6 +128,10 @@ WRONG_FACT_SETS = [
     ("twentieth set (181 responses over 29 documents of MultiDoc2Dial, SQuAD 2.0, FaithDial and Topical-Chat, "
      "written by a tenth annotator who had not read the rules; run once with the rules of 87a1680 (0.757 / 0.747))",
      "fact_integrity_twentieth.jsonl"),
+    ("twenty-first set (186 responses over 31 documents, half of its wrong ones a true value of the document given "
+     "to another question; written by an eleventh annotator who had not read the rules; run once with the rules of "
+     "60baa71 (0.727 / 0.495) and once after the bare-answer rule (0.727 / 0.66), never read)",
+     "fact_integrity_twentyfirst.jsonl"),
 ]
 ABSTENTION_SETS = [
     ("dev (written first; the rules were tuned on it)", "abstention_labels.jsonl"),
@@ -193,6 +199,8 @@ ABSTENTION_SETS = [
      "fact_integrity_nineteenth.jsonl"),
     ("the twentieth wrong-fact set's 28 abstentions among its 181 responses (a tenth annotator; run once with the "
      "rules of 87a1680 (1.00 / 0.929))", "fact_integrity_twentieth.jsonl"),
+    ("the twenty-first wrong-fact set's 15 abstentions among its 186 responses (an eleventh annotator; run once with "
+     "the rules of 60baa71 (0.80 / 0.80), never read)", "fact_integrity_twentyfirst.jsonl"),
 ]
 
 

@@ -523,13 +523,16 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
     wrong = []
     copied_from = [_plain_words(_compound_numbers(text)) for text in (document, *history)]
     answering = _answering_person(units, spans, parsed)
-    asked = _asked_of_who(history[-1] if history else "", nlp_ner, doc_sentences)
+    question = history[-1] if history else ""
+    asked = _asked_of_who(question, nlp_ner, doc_sentences)
+    answer, asked_value = _answering_value(question, units, spans, parsed, nlp_ner, doc_sentences)
     for k, unit in enumerate(units):
         if all(any(f in history_forms for f in key) for key in keys[k]):
             continue
         if _copied_with_context(response, unit, copied_from):
             continue
-        reason = _context_problem(k, units, spans, found, widths, parsed, doc_sentences)
+        reason = _context_problem(k, units, spans, found, widths, parsed, doc_sentences,
+                                  asked_value if k == answer else ())
         if reason == "not in the sources" and unit["numeric"] and _worked_out(unit, response, doc_sentences, history):
             reason = None
         if reason == "not in the sources" and _lower_case_name(unit, response):
@@ -628,8 +631,9 @@ def wrong_fact_features(document: str, history: Sequence[str], response: str, *,
             "wrong_names_in_context": float(len(wrong) - numbers)}
 
 
-def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> str | None:
-    """Why unit ``k`` is not stated as the document states it (see :func:`wrong_facts`), or ``None``."""
+def _context_problem(k, units, spans, found, widths, parsed, doc_sentences, asked=()) -> str | None:
+    """Why unit ``k`` is not stated as the document states it (see :func:`wrong_facts`), or ``None``.
+    ``asked``: what the question asks of the value, where ``k`` answers it (:func:`_answering_value`)."""
     places = found[k]
     if not places:
         return "not in the sources"
@@ -669,7 +673,7 @@ def _context_problem(k, units, spans, found, widths, parsed, doc_sentences) -> s
                                         _ABOUT_REACH if aside else _CLAUSE_REACH)
                    for s, (lo, hi) in places for t, (olo, ohi) in found[other]):
             return f"{'joined with' if joined else 'not with'} {units[other]['text']!r}"
-    if numeric and _said_of_something_else(k, units, spans, places, parsed, doc_sentences):
+    if numeric and _said_of_something_else(k, units, spans, places, parsed, doc_sentences, asked):
         return "said of something else"
     return None
 
@@ -741,13 +745,16 @@ def _noun_follows(sentence: tuple, noun: tuple, hi: int) -> bool:
     return after > hi + 1 and _has(sentence, noun, range(after, min(after + _NOUN_REACH, len(sentence))))
 
 
-def _said_of_something_else(k, units, spans, places, parsed, doc_sentences) -> bool:
+def _said_of_something_else(k, units, spans, places, parsed, doc_sentences, asked=()) -> bool:
     """Whether what number unit ``k`` is said of (:func:`_described_words`) points to another
     number of the same kind (:func:`_kind`) in the document rather than to its own: some document
     clause holding another value covers more of those words (each weighted by how few sentences
     hold it) than every clause holding this one ("the *annual* pass costs $3", where $3 is the
-    single ride and the annual pass $90)."""
-    described = _described_words(parsed, units, spans, k, doc_sentences)
+    single ride and the annual pass $90). Where the unit's clause describes nothing (a bare answer,
+    "Since 1919."), the words the question asks of it (``asked``, :func:`_answering_value`) do:
+    "Since 1919." to "Since when have they played at Lambeau Field?" where 1919 is the founding."""
+    # a bare answer ("Since 1919.") says nothing of its own: what the question asks stands in for it
+    described = _described_words(parsed, units, spans, k, doc_sentences) or list(asked)
     if not described:
         return False
     about = [forms for forms, _ in described]
@@ -765,6 +772,7 @@ def _said_of_something_else(k, units, spans, places, parsed, doc_sentences) -> b
                  if forms is not _BREAK and _values(forms) and not _values(forms) <= values
                  and kind & _doc_kind(sentence, j)), default=0.0)
     return rival > own + 1e-9
+
 
 
 @lru_cache(maxsize=256)
@@ -841,20 +849,51 @@ def _answering_person(units, spans, parsed) -> int | None:
                default=None)
 
 
+_WHEN = re.compile(r"\b(?:when|what (?:year|date|day|month|time)|which (?:year|date|day|month)|since when|how long ago)\b",
+                   re.IGNORECASE)
+_HOW_MANY = re.compile(r"\b(?:how (?:many|much|long|old|far|big|large|tall|high|often)|what (?:percentage|percent|"
+                       r"share|number|amount|age|price|fee|cost))\b", re.IGNORECASE)
+
+
+def _answering_value(question: str, units, spans, parsed, nlp_ner, doc_sentences) -> tuple[int | None, list]:
+    """The number unit that answers a "when" or "how many/much" question (the first date for the
+    one, the first other number for the other) and what the question asks of it: its nouns,
+    adjectives and verbs that the document has ("When did the club *move* to the *stadium*?"), so
+    that a true value of the document given to another question ("They moved in 1971", where 1971
+    is the rename) is weighed against the clause it comes from (:func:`_said_of_something_else`).
+    ``(None, [])`` for any other question."""
+    when, how_many = bool(_WHEN.search(question)), bool(_HOW_MANY.search(question))
+    if when == how_many:
+        return None, []
+    for k, unit in enumerate(units):
+        if not unit["numeric"] or spans[k] is None:
+            continue
+        dated = unit["label"] in ("DATE", "TIME") or _YEAR in _kind(parsed, spans[k])
+        if dated == when:
+            return k, _question_words(question, nlp_ner, doc_sentences, ("NOUN", "ADJ", "VERB", "PROPN"))
+    return None, []
+
+
+def _question_words(question: str, nlp_ner, doc_sentences, kinds) -> list[tuple[tuple, bool]]:
+    """The words of ``question`` of the parts of speech ``kinds`` that the document has, as
+    :func:`_described_words` gives them (names marked)."""
+    words = []
+    for token in nlp_ner(_compound_numbers(question)):
+        if token.is_stop or not token.text.isalpha() or token.pos_ not in kinds:
+            continue
+        forms = tuple(_forms(token))
+        if any(_has(sentence, forms) for sentence in doc_sentences):
+            words.append((forms, token.pos_ == "PROPN"))
+    return words
+
+
 def _asked_of_who(question: str, nlp_ner, doc_sentences) -> list[tuple[tuple, bool]]:
     """What a "who" question asks of the person who answers it ("Who handles *refunds*?"): its
     nouns, adjectives and verbs that the document has, as :func:`_described_words` gives them;
     nothing for another question."""
     if not _WHO.search(question):
         return []
-    words = []
-    for token in nlp_ner(_compound_numbers(question)):
-        if token.is_stop or not token.text.isalpha() or token.pos_ not in ("NOUN", "ADJ", "VERB"):
-            continue
-        forms = tuple(_forms(token))
-        if any(_has(sentence, forms) for sentence in doc_sentences):
-            words.append((forms, False))
-    return words
+    return _question_words(question, nlp_ner, doc_sentences, ("NOUN", "ADJ", "VERB"))
 
 
 def _points_elsewhere(described, places, others, doc_sentences, only_if_none: bool = False) -> bool:
