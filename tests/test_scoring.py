@@ -60,6 +60,21 @@ def test_registered_metric_is_used_without_changing_the_logic():
         scoring.METRICS.pop("length_test")
 
 
+def test_two_metrics_that_write_one_column_must_agree():
+    """Metrics may share a column (FaithScore writes PMI-Faith's); one that means something else
+    there would overwrite the other's values without a word."""
+    scoring.register_metric("length_a", lambda d, h, r, **o: [{"size": len(x)} for x in r])
+    scoring.register_metric("length_b", lambda d, h, r, **o: [{"size": float(len(x))} for x in r])
+    scoring.register_metric("words_b", lambda d, h, r, **o: [{"size": len(x.split())} for x in r])
+    try:
+        scoring.score_records(RECORDS, ["length_a", "length_b"])  # the same values: fine
+        with pytest.raises(RuntimeError, match="'length_a' and 'words_b' both write the column 'size'"):
+            scoring.score_records(RECORDS, ["length_a", "words_b"])
+    finally:
+        for name in ("length_a", "length_b", "words_b"):
+            scoring.METRICS.pop(name)
+
+
 def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="unknown metric 'nope'"):
         scoring.score_records(RECORDS, ["nope"])

@@ -266,6 +266,7 @@ def score_records(records: Sequence[dict], metrics: Iterable[str] = DEFAULT_METR
         golds = [None if field == "response" else records[i].get("response") for i in rows]
         answers = [records[i].get("answers") for i in rows]
         answerable = [records[i].get("answerable") for i in rows]
+        written = {}  # column -> the metric that wrote it in this run
         for name, fn in functions.items():
             logger.info("scoring %d %s values with %s", len(rows), field, name)
             results = fn(documents, histories, responses, gold_responses=golds, answers=answers,
@@ -273,8 +274,21 @@ def score_records(records: Sequence[dict], metrics: Iterable[str] = DEFAULT_METR
             if len(results) != len(rows):
                 raise RuntimeError(f"metric {name!r} returned {len(results)} results for {len(rows)} responses")
             for i, result in zip(rows, results):
-                records[i]["scores"].setdefault(field, {}).update(result)
+                scores = records[i]["scores"].setdefault(field, {})
+                for column, value in result.items():
+                    if column in written and written[column] != name and not _same_value(scores.get(column), value):
+                        raise RuntimeError(f"metrics {written[column]!r} and {name!r} both write the column "
+                                           f"{column!r}, with other values: rename one of the columns")
+                    written.setdefault(column, name)
+                scores.update(result)
     return records
+
+
+def _same_value(a, b) -> bool:
+    """Two metric values that say the same (floats to rounding)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b)) or (a != a and b != b)
+    return a == b
 
 
 def read_jsonl(path) -> list[dict]:
