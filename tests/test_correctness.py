@@ -379,7 +379,7 @@ WRONG_FACT_FLOORS = [
     ("fact_integrity_twentieth.jsonl", 0.7, 0.7),     # a tenth, 181 cases, run once: 0.757 / 0.747; read: 0.836 / 0.813
     ("fact_integrity_twentyfirst.jsonl", 0.65, 0.6),  # an eleventh, 186 cases, half of the wrong ones a true value given
                                                       # to another question; never read: 0.727 / 0.495 before the
-                                                      # bare-answer rule, 0.727 / 0.66 after
+                                                      # bare-answer rule, 0.727 / 0.66 after, 0.733 / 0.68 with places
 ]
 
 
@@ -890,4 +890,21 @@ ROVERS = ("The Harbour Rovers were founded in 1921 and first played at Mill Lane
 def test_a_bare_answer_is_weighed_by_what_the_question_asks(question, response, wrong):
     """A bare answer says nothing of its own value: the question's words stand in for its clause."""
     found = wrong_facts(ROVERS, [question], response)
+    assert bool(found) == wrong, found
+
+
+SINGER = ("Sheeran was born in Halifax, West Yorkshire, and raised in Framlingham, Suffolk. A survey from 2004 "
+          "showed that Norwegians eat the most frozen pizza (5.4 kg per person a year), followed by Germans.")
+
+
+@pytest.mark.parametrize("question, response, wrong", [
+    ("Where was he born?", "He was born in Halifax.", False),
+    ("Where was he born?", "He was born in Framlingham.", True),   # where he was raised
+    ("Where was he raised?", "He grew up in Framlingham, Suffolk.", False),
+    ("Who eats the most frozen pizza?", "Norwegians eat the most.", False),
+    ("Who eats the most frozen pizza?", "The Germans eat the most.", True),  # they come second
+])
+def test_a_place_said_of_another_place_is_caught(question, response, wrong):
+    """Places and peoples are weighed against the document's others, as people are."""
+    found = wrong_facts(SINGER, [question], response)
     assert bool(found) == wrong, found

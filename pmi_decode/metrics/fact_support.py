@@ -499,7 +499,9 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
       ("the *annual pass* costs 2 dollars", where 2 dollars is the single ride:
       :func:`_said_of_something_else`);
     * ``"said of someone else"``: the same for a person's name and the document's other people
-      ("the *head coach* is Maren Tulliver", where she is the captain: :func:`_said_of_someone_else`).
+      ("the *head coach* is Maren Tulliver", where she is the captain: :func:`_said_of_someone_else`);
+    * ``"said of another place"``: the same for a place or a people and the document's others ("he
+      was *born* in Framlingham", where he was raised there and born in Halifax).
 
     A unit the history states (the user said it) is taken as it is, and so is a unit copied word
     for word with its context (:func:`_copied_with_context`: "open on Saturdays from 10 am to
@@ -541,9 +543,16 @@ def wrong_facts(document: str, history: Sequence[str], response: str, *, nlp=Non
                 k, units, spans, found[k], parsed, doc_sentences, _people(document, nlp_ner),
                 asked if k == answering else ()):
             reason = "said of someone else"
+        if reason is None and unit["label"] in _PLACES and spans[k] is not None and _said_of_someone_else(
+                k, units, spans, found[k], parsed, doc_sentences, _people(document, nlp_ner, _PLACES)):
+            reason = "said of another place"
         if reason is not None:
             wrong.append(dict(unit, reason=reason))
     return wrong
+
+
+#: place and group names, weighed against the document's others as people are against its people
+_PLACES = frozenset({"GPE", "LOC", "NORP", "FAC"})
 
 
 def _lower_case_name(unit: dict, response: str) -> bool:
@@ -776,9 +785,10 @@ def _said_of_something_else(k, units, spans, places, parsed, doc_sentences, aske
 
 
 @lru_cache(maxsize=256)
-def _people(text: str, nlp_ner) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """Where each sentence of a source names a person, as (first, last) positions of
-    :func:`_source_sentences`'s tokens (the same sentences, the same tokens kept)."""
+def _people(text: str, nlp_ner, labels=None) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Where each sentence of a source names a person (or, with ``labels``, a name of those entity
+    labels), as (first, last) positions of :func:`_source_sentences`'s tokens (the same sentences,
+    the same tokens kept)."""
     out = []
     for sentence in document_sentences(_compound_numbers(text)):
         parsed = nlp_ner(sentence)
@@ -787,7 +797,8 @@ def _people(text: str, nlp_ner) -> tuple[tuple[tuple[int, int], ...], ...]:
         spans = []
         for ent in parsed.ents:
             positions = [index[t.i] for t in ent if t.i in index]
-            if (ent.label_ == "PERSON" or _person_shaped(ent)) and positions:
+            named = ent.label_ in labels if labels else (ent.label_ == "PERSON" or _person_shaped(ent))
+            if named and positions:
                 spans.append((min(positions), max(positions)))
         out.append(tuple(spans))
     return tuple(out)
