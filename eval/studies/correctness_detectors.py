@@ -130,7 +130,7 @@ WRONG_FACT_SETS = [
      "fact_integrity_twentieth.jsonl"),
     ("twenty-first set (186 responses over 31 documents, half of its wrong ones a true value of the document given "
      "to another question; written by an eleventh annotator who had not read the rules; run once with the rules of "
-     "60baa71 (0.727 / 0.495) and once after the bare-answer rule (0.727 / 0.66), never read)",
+     "60baa71 (0.727 / 0.495), after the bare-answer rule (0.727 / 0.66) and after the place rule; never read)",
      "fact_integrity_twentyfirst.jsonl"),
 ]
 ABSTENTION_SETS = [
