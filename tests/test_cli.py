@@ -170,7 +170,8 @@ def test_resume_with_other_settings_is_refused(tmp_path, llama_dir, capsys):
 @pytest.mark.parametrize(
     "bad_line, message",
     [
-        ('{"id": "x", "document": "d", "history": ["hi"]', "not valid JSON"),
+        ('{"id": "x", "document": "d", "history": ["hi"]', "not valid JSON (the line ends before the record does"),
+        ('{"id": "x" "document": "d", "history": ["hi"]}', "not valid JSON (Expecting ',' delimiter at column 12)"),
         ('{"id": "x", "document": "d"}', "missing field 'history'"),
         ('{"id": "x", "document": "d", "history": "hi"}', "'history' must be a list"),
         ('{"id": "x", "document": "d", "history": []}', "'history' is empty"),

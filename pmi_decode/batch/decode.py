@@ -120,10 +120,13 @@ def _json_records(path: Path, problem: str) -> Iterator[tuple[str, object]]:
     """``("file:line", parsed JSON)`` for each non-blank line; a bad line stops with ``problem``."""
     for lineno, line in json_lines(path):
         where = f"{path}:{lineno}"
+        text = line.rstrip("\r\n")
         try:
-            yield where, json.loads(line)
+            yield where, json.loads(text)
         except json.JSONDecodeError as err:
-            raise DialogueFileError(f"{where}: {problem} ({err.msg} at column {err.colno})") from None
+            at = ("the line ends before the record does (cut off?)" if err.pos >= len(text.rstrip())
+                  else f"{err.msg} at column {err.colno}")
+            raise DialogueFileError(f"{where}: {problem} ({at})") from None
 
 
 def read_dialogues_jsonl(path: str | os.PathLike) -> list[dict]:
