@@ -372,4 +372,4 @@ def load_split(config: dict, part: str, held_out: dict | None = None):
     else:
         split = {"train": config["train_split"], "eval": config["eval_split"]}.get(part, config.get("test_split", "test"))
         records = load_dialogues(config["dataset"], split, config["data_dir"], **options)
-    return records[:limit] if limit else records
+    return records[:limit] if limit is not None else records

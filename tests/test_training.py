@@ -275,6 +275,11 @@ def test_finetune_early_stopping_checkpoints_and_resume(tmp_path):
                        model=model2, tokenizer=tok2, train_records=train, eval_records=evals)
     assert resumed["global_step"] == 9
     assert summary["train_loss_from_step"] == 0 and resumed["train_loss_from_step"] == 6
+    # resume_from_checkpoint=true takes the newest checkpoint there before training writes its own
+    model3, tok3 = tiny_model("llama", dtype=torch.float32), tiny_tokenizer("llama")
+    newest = finetune(dict(config, max_steps=12, resume_from_checkpoint=True), model=model3, tokenizer=tok3,
+                      train_records=train, eval_records=evals)
+    assert newest["global_step"] == 12 and newest["train_loss_from_step"] == 9
 
 
 def test_early_stopping_stops_when_validation_loss_stalls(tmp_path):
@@ -398,3 +403,32 @@ def test_a_lora_runs_adapter_folder_decodes_as_its_merged_model(tmp_path):
     ids = tok(["<knowledge> a fact <user> hi <agent>"], return_tensors="pt")["input_ids"]
     with torch.no_grad():
         assert torch.allclose(adapted(ids).logits, merged(ids).logits, atol=1e-5)
+
+
+@pytest.mark.parametrize("assignment, message", [
+    ("learning_rate=abc", "learning_rate must be a number, got 'abc'"),
+    ("save_total_limit=abc", "save_total_limit must be a whole number"),
+    ("per_device_train_batch_size=abc", "per_device_train_batch_size must be a whole number"),
+    ("training_args.bogus=1", r"training_args: \['bogus'\] are not TrainingArguments fields"),
+    ("lora=8", "lora must be a mapping"),
+    ("max_steps=-5", "max_steps must be -1"),
+    ("special_tokens=abc", "special_tokens must be true or false"),
+    ("loader_options.bogus=1", r"unknown topicalchat loader option\(s\) \['bogus'\]"),
+])
+def test_a_bad_config_value_is_named_before_anything_loads(tmp_path, assignment, message):
+    config = load_config(ROOT / "configs" / "topicalchat.yaml",
+                         [assignment, f"data_dir={FIX / 'topicalchat_postbuild'}", f"output_dir={tmp_path}"])
+    with pytest.raises(ValueError, match=message):
+        finetune(config, model=object(), tokenizer=object())  # refused before the model is touched
+
+
+def test_no_example_left_and_no_validation_are_said(tmp_path, caplog):
+    model, tok = tiny_model("llama", dtype=torch.float32), tiny_tokenizer("llama")
+    train, evals = _records()
+    with pytest.raises(ValueError, match="no training examples: all 8 records were left out"):
+        finetune(_config(tmp_path, max_source_length=8), model=model, tokenizer=tok, train_records=train,
+                 eval_records=evals)
+    with caplog.at_level("WARNING"):
+        finetune(_config(tmp_path, max_steps=1, eval_strategy="epoch"), model=model, tokenizer=tok,
+                 train_records=train, eval_records=[])
+    assert "holds no examples: training runs without validation" in caplog.text

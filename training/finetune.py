@@ -85,6 +85,54 @@ def load_config(path=None, overrides=()) -> dict:
     return _load_config(DEFAULTS, path, overrides)
 
 
+_WHOLE = ("max_source_length", "max_target_length", "per_device_train_batch_size", "gradient_accumulation_steps",
+          "per_device_eval_batch_size", "logging_steps", "seed", "max_steps")
+_WHOLE_OR_NONE = ("max_history_turns", "eval_steps", "early_stopping_patience", "save_total_limit", "threads",
+                  "num_proc", "max_train_examples", "max_eval_examples")
+_NUMBER = ("learning_rate", "num_train_epochs", "warmup_ratio")
+_MAPPING_OR_NONE = ("loader_options", "training_args", "format", "holdout", "lora")
+_TRUE_OR_FALSE = ("special_tokens", "chat_template", "fp16", "bf16", "eval_before_training")
+
+
+def check_config(config: dict) -> None:
+    """Each key's type, before data or a model is loaded, with a message that names the key (a
+    value that reached ``int()`` or ``TrainingArguments`` failed there with a message that did
+    not, or after the first training steps)."""
+    def whole(value) -> bool:
+        return not isinstance(value, bool) and (isinstance(value, int) or (
+            isinstance(value, float) and value.is_integer()))
+
+    for key in _WHOLE + _WHOLE_OR_NONE:
+        value = config.get(key)
+        if not (whole(value) or (value is None and key in _WHOLE_OR_NONE)):
+            raise ValueError(f"{key} must be a whole number{' (or null)' if key in _WHOLE_OR_NONE else ''}, "
+                             f"got {value!r}")
+    for key in _NUMBER:
+        if isinstance(config.get(key), bool) or not isinstance(config.get(key), (int, float)):
+            raise ValueError(f"{key} must be a number, got {config.get(key)!r}")
+    for key in _MAPPING_OR_NONE:
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            raise ValueError(f"{key} must be a mapping of keys to values (or null), got {config[key]!r}")
+    for key in _TRUE_OR_FALSE:
+        if not isinstance(config.get(key), bool):
+            raise ValueError(f"{key} must be true or false, got {config.get(key)!r}")
+    if config["max_steps"] != -1 and config["max_steps"] < 1:
+        raise ValueError(f"max_steps must be -1 (train num_train_epochs) or at least 1, got {config['max_steps']}")
+    if config["save_total_limit"] is not None and config["save_total_limit"] < 1:
+        raise ValueError(f"save_total_limit must be at least 1 (or null: keep every checkpoint), "
+                         f"got {config['save_total_limit']}")
+    if config.get("dataset"):
+        from pmi_decode.data import check_loader_options
+
+        check_loader_options(config["dataset"], config.get("loader_options") or {})
+    from transformers import TrainingArguments
+
+    known = {f.name for f in fields(TrainingArguments)}
+    unknown = sorted(set(config.get("training_args") or {}) - known)
+    if unknown:
+        raise ValueError(f"training_args: {unknown} are not TrainingArguments fields")
+
+
 def input_spec(config: dict) -> InputSpec:
     """The input layout: special-token prefixes (or the plain default ones), then ``format`` overrides."""
     fmt = SPECIAL_TOKEN_FORMAT if config["special_tokens"] else DialogueFormat()
@@ -138,6 +186,7 @@ def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, ev
     import torch
     from transformers import EarlyStoppingCallback, Trainer, TrainingArguments, set_seed
 
+    check_config(config)
     if config.get("threads"):
         torch.set_num_threads(int(config["threads"]))
     set_seed(int(config["seed"]))
@@ -160,12 +209,22 @@ def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, ev
     if eval_records is None:
         eval_records = load_split(config, "eval")
     if not train_records:
-        raise ValueError("no training records: check dataset, data_dir and the split settings")
+        raise ValueError(f"no training records in {config.get('dataset')!r} split {config.get('train_split')!r} "
+                         f"of {config.get('data_dir')!r}: check dataset, data_dir and the split settings")
     encode = dict(is_encoder_decoder=enc_dec, spec=spec, num_proc=config.get("num_proc"),
                   cache_dir=config.get("examples_cache") or Path(config["output_dir"]) / "examples_cache")
     train = build_examples(train_records, tokenizer, **encode)
     evals = build_examples(eval_records, tokenizer, **encode) if eval_records else None
     train_set, eval_set = train.dataset, evals.dataset if evals is not None else None
+    if len(train_set) == 0:
+        raise ValueError(f"no training examples: all {len(train_records)} records were left out when encoded (see "
+                         f"the warnings above; max_source_length={config['max_source_length']}, "
+                         f"max_target_length={config['max_target_length']})")
+    if (eval_set is None or len(eval_set) == 0) and config["eval_strategy"] not in (False, None, "no"):
+        logger.warning("the validation split (%s) holds no examples: training runs without validation, early "
+                       "stopping or picking the best checkpoint (eval_strategy=%s asked for them)",
+                       config.get("eval_split"), config["eval_strategy"])
+        eval_set = None
     logger.info("train %d examples (%d prompts and %d responses cut), eval %d", len(train_set), train.num_truncated,
                 train.num_responses_cut, len(eval_set) if eval_set is not None else 0)
     lora = config.get("lora")
@@ -206,10 +265,10 @@ def finetune(config: dict, *, model=None, tokenizer=None, train_records=None, ev
         summary["eval_loss_before"] = trainer.evaluate()["eval_loss"]
         logger.info("validation loss before training: %.4f", summary["eval_loss_before"])
     resume = config.get("resume_from_checkpoint")
+    start = _resumed_step(resume, out)  # before training writes checkpoints of its own
     result = trainer.train(resume_from_checkpoint=resume)
     # Trainer averages the loss over the steps of this call only: a resumed run's train_loss says so
-    summary.update(train_loss=result.training_loss, train_loss_from_step=_resumed_step(resume, out),
-                   global_step=result.global_step)
+    summary.update(train_loss=result.training_loss, train_loss_from_step=start, global_step=result.global_step)
     if eval_set is not None:
         summary["eval_loss_after"] = trainer.evaluate()["eval_loss"]
         logger.info("validation loss after training: %.4f", summary["eval_loss_after"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import logging
 
 from .consistest import load_consistest
@@ -23,7 +25,7 @@ LOADERS = {
 LOADERS["consistest"] = load_consistest  # PersonaChat questions about stated facts (one split: valid)
 LOADERS["squad2"] = load_squad2  # grounded questions: meta holds the reference answers and whether any exists
 
-__all__ = ["DialogueRecord", "LoadReport", "LOADERS", "load_dialogues", "to_dataset"]
+__all__ = ["DialogueRecord", "LoadReport", "LOADERS", "check_loader_options", "load_dialogues", "to_dataset"]
 
 
 def to_dataset(records):
@@ -31,6 +33,22 @@ def to_dataset(records):
     from .hf_datasets import to_dataset as build
 
     return build(records)
+
+
+def check_loader_options(name: str, options) -> str:
+    """The loader key of data set ``name``, after checking that its loader takes every option in
+    ``options`` (a misspelt option is named, not passed on to fail inside the loader)."""
+    key = name.lower().replace("-", "").replace("_", "")
+    if key not in LOADERS:
+        raise ValueError(f"unknown data set {name!r}; choose one of {sorted(LOADERS)}")
+    accepted = inspect.signature(LOADERS[key]).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        unknown = sorted(set(options) - {n for n, p in accepted.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+                         | ({"report"} & set(options)))
+        if unknown:
+            known = sorted(n for n, p in accepted.items() if p.kind is inspect.Parameter.KEYWORD_ONLY and n != "report")
+            raise ValueError(f"unknown {name} loader option(s) {unknown}; it takes {known}")
+    return key
 
 
 def load_dialogues(name: str, split: str, data_dir=None, *, return_report: bool = False, as_dataset: bool = False,
@@ -47,9 +65,7 @@ def load_dialogues(name: str, split: str, data_dir=None, *, return_report: bool 
     ``datasets.Dataset`` instead of the list (:func:`pmi_decode.data.hf_datasets.to_dataset`: id,
     document, history, response, and meta as a JSON string).
     """
-    key = name.lower().replace("-", "").replace("_", "")
-    if key not in LOADERS:
-        raise ValueError(f"unknown data set {name!r}; choose one of {sorted(LOADERS)}")
+    key = check_loader_options(name, options)
     report = LoadReport(dataset=key, split=split)
     records = LOADERS[key](split, data_dir, report=report, **options)
     report.records = len(records)
