@@ -294,7 +294,8 @@ def main(argv=None) -> int:
         with quiet_mode() if getattr(args, "quiet", False) else contextlib.nullcontext():
             result = args.func(args)
         return result if isinstance(result, int) else 0
-    except (DialogueFileError, ModelNotAvailableError, ValueError, RuntimeError, OSError) as err:
+    except (DialogueFileError, ModelNotAvailableError, ValueError, RuntimeError, OSError, ImportError) as err:
+        # ImportError: an optional package a chosen metric needs ("pip install bert-score")
         print(f"pmi-decode {args.command}: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -66,7 +66,8 @@ def load_config(defaults: dict, path=None, overrides=(), also=()) -> dict:
 
 def run_script(main, argv=None) -> int:
     """Run a script's ``main(argv)`` as a command: an error in what the caller gave (a config, a
-    file, a model name: ``ValueError``, ``OSError``, ``RuntimeError``) is one line on stderr and
+    file, a model name: ``ValueError``, ``OSError``, ``RuntimeError``; a missing optional package:
+    ``ImportError``) is one line on stderr and
     exit status 1, as ``pmi-decode`` reports them, not a traceback; Ctrl-C says how to resume.
     ``PMI_DECODE_TRACEBACK=1`` shows the traceback."""
     import os
@@ -75,7 +76,7 @@ def run_script(main, argv=None) -> int:
     name = Path(sys.argv[0]).name
     try:
         result = main(argv)
-    except (ValueError, OSError, RuntimeError) as err:
+    except (ValueError, OSError, RuntimeError, ImportError) as err:  # ImportError: an optional package
         if os.environ.get("PMI_DECODE_TRACEBACK") == "1":
             raise
         print(f"{name}: error: {err}", file=sys.stderr)

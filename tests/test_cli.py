@@ -373,6 +373,22 @@ def test_score_output_under_a_file_is_a_clear_error(tmp_path, capsys):
     assert main(["score", "--input", inp, "--output", str(tmp_path / "s.jsonl"), "--metrics", "knowledge_f1",
                  "--summary", str(summary)]) == 0
     assert json.loads(summary.read_text())["metrics"] == ["knowledge_f1"]
+    # the summary written over the input or the output: refused before anything is scored
+    for taken, flag in ((inp, "--input"), (str(tmp_path / "s2.jsonl"), "--output")):
+        assert main(["score", "--input", inp, "--output", str(tmp_path / "s2.jsonl"), "--metrics", "knowledge_f1",
+                     "--summary", taken]) == 1
+        assert f"--summary must differ from {flag}" in capsys.readouterr().err
+    assert open(inp).read() == before and not (tmp_path / "s2.jsonl").exists()
+
+
+def test_a_metric_whose_package_is_missing_is_one_line(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "bert_score", None)  # as if not installed
+    inp = _write_input(tmp_path / "in.jsonl", [dict(_records(1)[0], pmi_response="x")])
+    assert main(["score", "--input", inp, "--output", str(tmp_path / "s.jsonl"), "--metrics", "bertscore"]) == 1
+    err = capsys.readouterr().err
+    assert "needs the bert-score package" in err and "Traceback" not in err
 
 
 def test_a_hub_id_fails_at_once_when_offline(tmp_path, capsys, monkeypatch):

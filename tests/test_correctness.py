@@ -908,3 +908,39 @@ def test_a_place_said_of_another_place_is_caught(question, response, wrong):
     """Places and peoples are weighed against the document's others, as people are."""
     found = wrong_facts(SINGER, [question], response)
     assert bool(found) == wrong, found
+
+
+@pytest.mark.parametrize("response, answer, match", [
+    ("It was on 3 May 2021.", "May 3, 2021", 1.0),
+    ("It was the 3rd of May.", "May 3", 1.0),
+    ("You need 1360 dollars.", "$1,360", 1.0),
+    ("You need $1,360.", "1360 dollars", 1.0),
+    ("There are three of them.", "3", 1.0),
+    ("It opens at 9am.", "9 am", 1.0),
+    ("The tower is 330 metres tall.", "330 meters", 1.0),
+    ("It costs two hundred and ten dollars.", "$210", 1.0),
+    ("About 14 percent.", "14%", 1.0),
+    ("The code is 1,3,60.", "$1,360", 0.0),   # not a thousands separator
+    ("It costs $13.60.", "$1,360", 0.0),
+    ("It opens at 4 am.", "4 pm", 0.0),
+    ("In 1960.", "1959", 0.0),
+    ("It is 35 km away.", "3.5 km", 0.0),
+])
+def test_an_answer_written_another_way_matches(response, answer, match):
+    assert answer_match(response, [answer]) == match
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(answers=["1959"]), r"answers\[0\] must be a list of reference answers"),  # would be split into characters
+    (dict(answerable=[0]), r"answerable\[0\] must be true, false or None"),
+    (dict(histories=None), "histories must be a list with one list of turns per row"),
+    (dict(histories=["When?"]), r"histories\[0\] must be a list of turns"),
+    (dict(responses=[None]), r"responses\[0\] must be a string"),
+])
+def test_correctness_measures_refuse_misshapen_inputs(kwargs, message):
+    from pmi_decode.metrics.correctness import correctness_measures
+
+    args = dict(documents=["It was recorded in 1959."], histories=[["When was it recorded?"]],
+                responses=["It was recorded in 1995 and it has 5 tracks."])
+    with pytest.raises(ValueError, match=message):
+        correctness_measures(**{**args, **kwargs})

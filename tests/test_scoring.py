@@ -235,3 +235,12 @@ def test_each_metric_names_the_options_it_reads_and_begin_refuses_a_misspelt_one
         begin.check_metric_options([{"name": "pmi_faith", "options": {"include_eoss": True}}])
     with pytest.raises(ValueError, match="unknown metric"):
         begin.check_metric_options([{"name": "pmi_fiath"}])
+
+
+def test_the_docs_name_the_default_metrics():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text(encoding="utf-8")
+    listed = re.search(r"Default metrics: `([^`]+)`", text).group(1)
+    assert [m.strip() for m in listed.split(",")] == list(scoring.DEFAULT_METRICS)

@@ -501,6 +501,10 @@ def run_score(args) -> Path:
         raise ValueError("--output must differ from --input (the scored file would replace the records it scores)")
     if getattr(args, "summary", None):  # checked now, not after the scoring
         check_output_path(Path(args.summary), "--summary")
+        taken = {Path(args.input).resolve(): "--input", output.resolve(): "--output"}
+        if Path(args.summary).resolve() in taken:
+            raise ValueError(f"--summary must differ from {taken[Path(args.summary).resolve()]} (the means would "
+                             "replace that file)")
     records = read_records(args.input, getattr(args, "split", None))
     check_models(args, metrics)
     if "pmi_faith" in metrics:

@@ -33,8 +33,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from .fact_support import wrong_facts
-from .text import normalize_answer, porter_stem, sentences, words
+from .fact_support import _compound_numbers, number_value, wrong_facts
+from .text import normalize_answer, porter_stem, sentences, text_list, words
 from .token_aggregation import load_nlp, load_nlp_ner
 
 __all__ = [
@@ -209,12 +209,38 @@ def _check_answers(answers) -> list[str]:
 
 
 _DECIMAL_POINT = re.compile(r"(?<=\d)\.(?=\d)")
+_THOUSANDS_GROUPS = re.compile(r"\b\d{1,3}(?:,\d{3})+\b")
+_SIGN_BEFORE = re.compile(r"([$£€])\s?(\d[\d.]*)")
+_SIGN_WORD = {"$": "dollars", "£": "pounds", "€": "euros"}
+_DIGITS_AND_LETTERS = re.compile(r"(?<=\d)(?=[a-z])|(?<=[a-z])(?=\d)")
+_MONTH_NAMES = ("january february march april may june july august september october november december").split()
+_DAY_MONTH = re.compile(r"\b(\d{1,2}) (?:of )?(" + "|".join(_MONTH_NAMES) + r")\b")
+_ORDINAL_SUFFIX = re.compile(r"\b(\d+)(?:st|nd|rd|th)\b")
+_SPELLINGS = {"metre": "meter", "metres": "meters", "kilometre": "kilometer", "kilometres": "kilometers",
+              "centimetre": "centimeter", "centimetres": "centimeters", "litre": "liter", "litres": "liters",
+              "centre": "center", "centres": "centers", "theatre": "theater", "colour": "color", "per cent": "percent"}
 
 
 def _answer_words(text: str) -> list[str]:
-    """SQuAD's normalisation (lower case, no punctuation, no articles), except that a decimal
-    point stays a word of its own: removed, "3.5 km" would read as "35 km" and "$7.50" as "$750"."""
-    return normalize_answer(_DECIMAL_POINT.sub(" point ", text)).split()
+    """SQuAD's normalisation (lower case, no punctuation, no articles), with one way of writing
+    each value: a decimal point stays a word of its own ("3.5 km" is not "35 km"), thousands
+    separators go ("1,360" is "1360", while "1,3,60" stays three numbers), a currency sign is its
+    word ("$1,360" is "1360 dollars"), number words are digits ("three", "two hundred and ten"),
+    "9am" is "9 am", "3 May" is "may 3", an ordinal is its number ("3rd" is "3") and British
+    spellings are American ("metres")."""
+    text = _THOUSANDS_GROUPS.sub(lambda m: m.group(0).replace(",", ""), text)
+    text = _SIGN_BEFORE.sub(lambda m: f"{m.group(2)} {_SIGN_WORD[m.group(1)]}", text)
+    text = _compound_numbers(text.replace("%", " percent")).lower()
+    text = _DECIMAL_POINT.sub(" point ", text.replace("a.m.", "am").replace("p.m.", "pm"))
+    text = _DIGITS_AND_LETTERS.sub(" ", _ORDINAL_SUFFIX.sub(r"\1", text.replace(",", " ")))
+    text = _DAY_MONTH.sub(r"\2 \1", text)
+    for british, american in _SPELLINGS.items():
+        text = re.sub(rf"\b{british}\b", american, text)
+    out = []
+    for word in normalize_answer(text).split():
+        value = number_value(word)
+        out.append(value if value is not None and word not in ("st", "nd", "rd", "th") else word)
+    return out
 
 
 def answer_match(response: str, answers: Sequence[str]) -> float | None:
@@ -471,6 +497,17 @@ def recited_share(response: str, answers: Sequence[str] | None = None) -> float 
     return after / total
 
 
+def _turn_lists(values, what: str) -> list:
+    """``values`` as a list of per-row lists (refusing a single string or a list of strings)."""
+    if isinstance(values, str) or values is None:
+        raise ValueError(f"{what} must be a list with one list of turns per row, got {type(values).__name__}")
+    values = list(values)
+    for i, item in enumerate(values):
+        if isinstance(item, str) or not isinstance(item, (list, tuple)):
+            raise ValueError(f"{what}[{i}] must be a list of turns (oldest first), got {type(item).__name__}")
+    return values
+
+
 def correctness_measures(documents: Sequence[str], histories: Sequence[Sequence[str]], responses: Sequence[str],
                          *, answers: Sequence[Sequence[str] | None] | None = None,
                          answerable: Sequence[bool | None] | None = None, nlp=None, nlp_ner=None) -> list[dict]:
@@ -484,6 +521,8 @@ def correctness_measures(documents: Sequence[str], histories: Sequence[Sequence[
     elsewhere ``None``. ``answers_intact`` is 1.0 where ``answer_match`` is and the response
     holds no wrong number or name (``None`` without references). Wrong facts need no reference (see
     :func:`~pmi_decode.metrics.fact_support.wrong_facts`)."""
+    documents, responses = text_list(documents, "documents"), text_list(responses, "responses")
+    histories = [text_list(h, f"histories[{i}]") for i, h in enumerate(_turn_lists(histories, "histories"))]
     n = len(responses)
     if len(documents) != n or len(histories) != n:
         raise ValueError(f"got {len(documents)} documents, {len(histories)} histories and {n} responses")
@@ -491,6 +530,12 @@ def correctness_measures(documents: Sequence[str], histories: Sequence[Sequence[
     answerable = list(answerable) if answerable is not None else [None] * n
     if len(answers) != n or len(answerable) != n:
         raise ValueError(f"answers and answerable need one entry per response ({n})")
+    for i, (refs, can) in enumerate(zip(answers, answerable)):
+        if isinstance(refs, str):
+            raise ValueError(f"answers[{i}] must be a list of reference answers (or None), got the string {refs!r}: "
+                             "pass one list per response")
+        if can is not None and not isinstance(can, bool):
+            raise ValueError(f"answerable[{i}] must be true, false or None, got {can!r}")
     nlp = nlp if nlp is not None else load_nlp()
     nlp_ner = nlp_ner if nlp_ner is not None else load_nlp_ner()
     rows = []
