@@ -944,3 +944,15 @@ def test_correctness_measures_refuse_misshapen_inputs(kwargs, message):
                 responses=["It was recorded in 1995 and it has 5 tracks."])
     with pytest.raises(ValueError, match=message):
         correctness_measures(**{**args, **kwargs})
+
+
+@pytest.mark.parametrize("response, wrong", [
+    ("It closes at 4 pm on Saturdays.", False),       # the end of "10 am to 4 pm", after "Saturdays"
+    ("It is open until 4 pm on Saturdays.", False),
+    ("It closes at 8 pm on Saturdays.", True),        # the weekdays' closing time
+    ("On weekdays it closes at 4 pm.", True),
+])
+def test_the_end_of_a_range_stands_with_what_comes_before_its_start(response, wrong):
+    page = "It opens 9 am to 8 pm on weekdays. On Saturdays it opens 10 am to 4 pm."
+    found = wrong_facts(page, ["When does it close?"], response)
+    assert bool(found) == wrong, found

@@ -1013,7 +1013,7 @@ def _adjacent(sentence: tuple, first: tuple[int, int], second: tuple[int, int], 
     lo, hi = (first[1] + 1, second[0]) if second[0] > first[1] else (second[1] + 1, first[0])
     if hi - lo > reach:
         return False
-    lo = _past_range_end(sentence, lo, hi)
+    lo, hi = _past_range_end(sentence, lo, hi), _before_range_start(sentence, lo, hi)
     for j in range(lo, hi):
         forms = sentence[j]
         if forms is _BREAK or (allowed is not None and any(f.startswith("#") and f not in allowed for f in forms)):
@@ -1040,6 +1040,22 @@ def _past_range_end(sentence: tuple, lo: int, hi: int) -> int:
     while end < hi and sentence[end] is not _BREAK and any(f.startswith("#") for f in sentence[end]):
         end += 1
     return lo if end == joiner + 1 else skip(end, _CLOCK_WORDS)  # no number after the joiner: no range
+
+
+def _before_range_start(sentence: tuple, lo: int, hi: int) -> int:
+    """The mirror of :func:`_past_range_end`: where a gap that closes with the other end of a
+    range stops ("on Saturdays it opens *10 am to* 4 pm" says 4 pm of Saturdays as much as 10 am);
+    ``hi`` where the gap closes otherwise."""
+    joiner = hi - 1
+    if joiner < lo or sentence[joiner] is _BREAK or not sentence[joiner] & _RANGE_JOINERS:
+        return hi
+    start = joiner
+    while start > lo and sentence[start - 1] is not _BREAK and sentence[start - 1] & _CLOCK_WORDS:
+        start -= 1
+    numbers = start
+    while numbers > lo and sentence[numbers - 1] is not _BREAK and any(f.startswith("#") for f in sentence[numbers - 1]):
+        numbers -= 1
+    return hi if numbers == start else numbers  # no number before the joiner: no range
 
 
 def _clause(parsed, spans, k, reach: int = _CLAUSE_REACH) -> list:
