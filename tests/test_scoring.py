@@ -244,3 +244,24 @@ def test_the_docs_name_the_default_metrics():
     text = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text(encoding="utf-8")
     listed = re.search(r"Default metrics: `([^`]+)`", text).group(1)
     assert [m.strip() for m in listed.split(",")] == list(scoring.DEFAULT_METRICS)
+
+
+def test_an_empty_response_gets_no_pmi_faith_and_errors_name_the_record(monkeypatch):
+    """One empty response no longer stops the whole file; an error a scorer raises for its n-th
+    response names the record it came from."""
+    model, tokenizer = tiny_model("llama"), tiny_tokenizer("llama")
+    records = [dict(RECORDS[0], id="a"), dict(RECORDS[1], id="b", pmi_response="  ")]
+    scored = scoring.score_records(records, ["pmi_faith"], scorer_model=(model, tokenizer))
+    assert "cpmi_mean" in scored[0]["scores"]["pmi_response"] and scored[1]["scores"]["pmi_response"] == {}
+
+    def fails_on_the_second(documents, histories, responses, **options):
+        if len(responses) > 1:
+            raise ValueError("item 1: the last history turn does not fit")
+        return [{"x": 1.0}]
+
+    scoring.register_metric("fails_test", fails_on_the_second)
+    try:
+        with pytest.raises(ValueError, match="fails_test on record 'b', pmi_response: the last history turn"):
+            scoring.score_records(records, ["fails_test"])
+    finally:
+        scoring.METRICS.pop("fails_test")

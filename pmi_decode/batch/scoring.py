@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -82,12 +83,21 @@ def pmi_faith_scorer(scorer_model="embedded", **options):
 
 @register_metric("pmi_faith", reads=("scorer_model", *PMI_FAITH_OPTIONS))
 def _pmi_faith(documents, histories, responses, *, progress=False, **options):
-    """CPMI/UPMI sums and token means; with ``include_eos``, also the ``*_without_eos`` variants."""
+    """CPMI/UPMI sums and token means; with ``include_eos``, also the ``*_without_eos`` variants.
+    A response without a word gets no value (PMI-Faith of nothing is undefined), not an error
+    that stops the whole file."""
     scorer = pmi_faith_scorer(**options)
     keys = ("cpmi_sum", "cpmi_mean", "upmi_sum", "upmi_mean", "num_tokens", "truncated")
-    results = scorer.score(documents, histories, responses, progress=progress, return_tokens=True)
+    blank = _blank_responses(responses, "PMI-Faith")
+    kept = [i for i in range(len(responses)) if i not in blank]
+    scored = scorer.score([documents[i] for i in kept], [histories[i] for i in kept], [responses[i] for i in kept],
+                          progress=progress, return_tokens=True) if kept else []
+    results = _put_back(scored, kept, len(responses))
     out = []
     for r in results:
+        if r is None:
+            out.append({})
+            continue
         row = {k: r[k] for k in keys if r[k] is not None}
         if scorer.include_eos and not scorer.is_encoder_decoder and r["num_tokens"] > 1:
             for name in ("cpmi", "upmi"):
@@ -106,10 +116,29 @@ def _pmi_faith_words(documents, histories, responses, *, progress=False, **optio
     from ..metrics.token_aggregation import aggregate, load_nlp
 
     scorer = pmi_faith_scorer(**{**options, "compute": ("cpmi", "upmi")})
-    results = scorer.score(documents, histories, responses, progress=progress, return_tokens=True)
+    blank = _blank_responses(responses, "PMI-Faith words")
+    kept = [i for i in range(len(responses)) if i not in blank]
+    scored = scorer.score([documents[i] for i in kept], [histories[i] for i in kept], [responses[i] for i in kept],
+                          progress=progress, return_tokens=True) if kept else []
     nlp = load_nlp()
-    return [aggregate(r["tokens"], r["token_cpmi"], r["token_upmi"], response, history, nlp=nlp)
-            for r, response, history in zip(results, responses, histories)]
+    return [{} if r is None else aggregate(r["tokens"], r["token_cpmi"], r["token_upmi"], response, history, nlp=nlp)
+            for r, response, history in zip(_put_back(scored, kept, len(responses)), responses, histories)]
+
+
+def _blank_responses(responses, what: str) -> set[int]:
+    """The positions of responses without a word, said once in the log."""
+    blank = {i for i, response in enumerate(responses) if not response.strip()}
+    if blank:
+        logger.warning("%s: %d empty response(s) get no value", what, len(blank))
+    return blank
+
+
+def _put_back(results: list, kept: list[int], n: int) -> list:
+    """``results`` of the rows ``kept``, at their places among ``n`` (``None`` elsewhere)."""
+    out = [None] * n
+    for i, result in zip(kept, results):
+        out[i] = result
+    return out
 
 
 _FAITH_SCORES: dict = {}
@@ -269,8 +298,13 @@ def score_records(records: Sequence[dict], metrics: Iterable[str] = DEFAULT_METR
         written = {}  # column -> the metric that wrote it in this run
         for name, fn in functions.items():
             logger.info("scoring %d %s values with %s", len(rows), field, name)
-            results = fn(documents, histories, responses, gold_responses=golds, answers=answers,
-                         answerable=answerable, **options)
+            try:
+                results = fn(documents, histories, responses, gold_responses=golds, answers=answers,
+                             answerable=answerable, **options)
+            except ValueError as err:  # "item 3: ..." counts the records that have this field: name the record
+                item = re.match(r"item (\d+): (.*)", str(err), re.DOTALL)
+                where = f"record {records[rows[int(item.group(1))]].get('id')!r}, " if item else ""
+                raise ValueError(f"{name} on {where}{field}: {item.group(2) if item else err}") from None
             if len(results) != len(rows):
                 raise RuntimeError(f"metric {name!r} returned {len(results)} results for {len(rows)} responses")
             for i, result in zip(rows, results):
