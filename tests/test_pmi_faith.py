@@ -287,3 +287,17 @@ def test_shared_and_unshared_prompts_mix_in_one_call():
     for a, b in zip(got, ref):
         assert a["cpmi_sum"] == pytest.approx(b["cpmi_sum"], abs=1e-9)
         assert a["upmi_sum"] == pytest.approx(b["upmi_sum"], abs=1e-9)
+
+
+def test_a_model_that_declares_no_input_limit_is_cut_to_the_default(monkeypatch):
+    """BLOOM (ALiBi) and T5 (relative positions) declare no limit: a long document was handed
+    whole to the model, which tried to attend over all of it."""
+    import pmi_decode.metrics.pmi_faith as pmi_faith_module
+
+    model, tokenizer = tiny_model("bloom"), tiny_tokenizer("bloom")
+    monkeypatch.setattr(tokenizer, "model_max_length", int(1e30))  # a tokenizer's placeholder
+    monkeypatch.setattr(pmi_faith_module, "NO_DECLARED_LIMIT", 64)
+    scorer = PMIFaith(model, tokenizer)
+    assert scorer.max_length == 64
+    result = scorer.score(["word " * 400], [["Tell me."]], ["A word."])[0]
+    assert result["truncated"]

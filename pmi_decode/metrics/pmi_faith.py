@@ -55,6 +55,11 @@ class _Job:
     response: list[int]
 
 
+#: inputs are cut to this many tokens where the model declares no limit (ALiBi or relative positions:
+#: BLOOM, T5), rather than handed whole to a model that would try to attend over all of them
+NO_DECLARED_LIMIT = 2048
+
+
 def _model_limit(model, tokenizer) -> int | None:
     """The longest input the model accepts, from its config (the tokenizer's value is often a placeholder)."""
     config = model.config
@@ -193,6 +198,10 @@ class PMIFaith:
         self.is_encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
         self.chat_template = use_chat_template_for(tokenizer, self.is_encoder_decoder, config.chat_template)
         self.max_length = config.max_length or _model_limit(model, tokenizer)
+        if self.max_length is None:
+            logger.info("PMIFaith: %s declares no input limit; inputs are cut to %d tokens (pass max_length= to "
+                        "change it)", type(model).__name__, NO_DECLARED_LIMIT)
+            self.max_length = NO_DECLARED_LIMIT
         self.max_history_turns = config.max_history_turns
         self.batch_size = config.batch_size
         self.include_eos = config.include_eos
