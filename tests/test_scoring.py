@@ -265,3 +265,15 @@ def test_an_empty_response_gets_no_pmi_faith_and_errors_name_the_record(monkeypa
             scoring.score_records(records, ["fails_test"])
     finally:
         scoring.METRICS.pop("fails_test")
+
+
+def test_q2_models_can_be_given_on_the_command_line():
+    """Offline, Q² runs only on local models: the score command takes them as flags."""
+    from pmi_decode.metrics.q2 import config_from_scoring_options
+
+    parser = argparse.ArgumentParser()
+    scoring.add_score_arguments(parser)
+    args = parser.parse_args(["--input", "x.jsonl", "--q2-qg", "/models/qg", "--q2-qa", "/models/qa",
+                              "--q2-nli", "/models/nli"])
+    config = config_from_scoring_options(scoring._score_options(args, None))
+    assert (config.qg, config.qa, config.nli) == ("/models/qg", "/models/qa", "/models/nli")

@@ -481,6 +481,10 @@ def add_score_arguments(parser) -> None:
                         help="answers_question: sentence-embedding similarity (default) or content-word overlap")
     parser.add_argument("--grammar-backend", default=None,
                         help="grammar checker for the grammar metric (default: the grammar module's default)")
+    for part, what in (("qg", "question generation (T5)"), ("qa", "question answering (SQuAD 2.0)"),
+                       ("nli", "entailment (NLI)")):
+        parser.add_argument(f"--q2-{part}", default=None, metavar="ID_OR_FOLDER",
+                            help=f"Q²'s {what} model: a hub id or a local folder (default: the paper's)")
     parser.add_argument("--summary", default=None,
                         help="also write the per-system means as JSON here (default: <output>.summary.json)")
 
@@ -586,6 +590,9 @@ def _score_options(args, device) -> dict:
                    answers_method=getattr(args, "answers_method", "semantic"))
     if getattr(args, "grammar_backend", None):
         options["grammar_backend"] = args.grammar_backend
+    for part in ("qg", "qa", "nli"):  # Q²'s models, where given (pmi_decode.metrics.q2.SCORING_OPTIONS)
+        if getattr(args, f"q2_{part}", None):
+            options[f"q2_{part}"] = getattr(args, f"q2_{part}")
     return options
 
 
