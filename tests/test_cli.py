@@ -629,3 +629,15 @@ def test_an_interrupted_score_says_nothing_was_kept(tmp_path, capsys, monkeypatc
     assert "interrupted; nothing was written" in err and "resume" not in err, err
     assert out.read_text() == "the old file\n", "an interrupted write leaves the old file whole"
     assert [p.name for p in tmp_path.iterdir()] and not list(tmp_path.glob("*.writing"))
+
+
+def test_q2_models_that_cannot_be_loaded_are_named_before_scoring(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    inp = _write_input(tmp_path / "in.jsonl", [dict(_records(1)[0], pmi_response="x")])
+    out = tmp_path / "s.jsonl"
+    assert main(["score", "--input", inp, "--output", str(out), "--metrics", "knowledge_f1,q2",
+                 "--q2-qa", str(tmp_path / "no-such-folder")]) == 1
+    err = capsys.readouterr().err
+    assert "--q2-qg 'mrm8488/t5-base-finetuned-question-generation-ap'" in err and "--q2-qa" in err
+    assert "nothing was scored" in err and not out.exists()

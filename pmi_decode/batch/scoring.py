@@ -499,8 +499,8 @@ def _check_metric_names(metrics: Sequence[str]) -> None:
 
 
 def check_models(args, metrics: Sequence[str]) -> None:
-    """Before any scoring: the PMI-Faith scorer model (for the metrics that use it) and the grammar
-    backend (for ``grammar``) must be loadable, so a missing one is named at once and not after
+    """Before any scoring: the PMI-Faith scorer model (for the metrics that use it), Q²'s models
+    (for ``q2``) and the grammar backend (for ``grammar``) must be loadable, so a missing one is named at once and not after
     the other metrics have run. The grammar checker built here is the one scoring reuses."""
     from ..models import ModelNotAvailableError, check_loadable
 
@@ -510,6 +510,15 @@ def check_models(args, metrics: Sequence[str]) -> None:
             check_loadable(args.scorer_model)
         except ModelNotAvailableError as err:
             problems.append(f"--scorer-model {args.scorer_model!r}: {err}")
+    if "q2" in metrics:  # its three models, where they are names (a hub id or a folder)
+        from ..metrics.q2 import DEFAULT_NLI, DEFAULT_QA, DEFAULT_QG
+
+        for part, default in (("qg", DEFAULT_QG), ("qa", DEFAULT_QA), ("nli", DEFAULT_NLI)):
+            name = getattr(args, f"q2_{part}", None) or default
+            try:
+                check_loadable(name)
+            except ModelNotAvailableError as err:
+                problems.append(f"--q2-{part} {name!r}: {err}")
     if "grammar" in metrics:
         from ..metrics.grammar import DEFAULT_BACKEND, _cached_checker
 
