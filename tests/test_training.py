@@ -405,6 +405,16 @@ def test_a_lora_runs_adapter_folder_decodes_as_its_merged_model(tmp_path):
         assert torch.allclose(adapted(ids).logits, merged(ids).logits, atol=1e-5)
 
 
+def test_a_number_yaml_reads_as_a_string_is_taken(tmp_path):
+    """YAML 1.1 reads ``learning_rate: 1e-4`` (no decimal point) as the string '1e-4'."""
+    path = tmp_path / "c.yaml"
+    path.write_text("dataset: topicalchat\nlearning_rate: 1e-4\n")
+    config = load_config(path)
+    assert config["learning_rate"] == "1e-4"
+    _finetune_script.check_config(config)
+    assert config["learning_rate"] == 1e-4
+
+
 @pytest.mark.parametrize("assignment, message", [
     ("learning_rate=abc", "learning_rate must be a number, got 'abc'"),
     ("save_total_limit=abc", "save_total_limit must be a whole number"),

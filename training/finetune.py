@@ -108,8 +108,14 @@ def check_config(config: dict) -> None:
             raise ValueError(f"{key} must be a whole number{' (or null)' if key in _WHOLE_OR_NONE else ''}, "
                              f"got {value!r}")
     for key in _NUMBER:
-        if isinstance(config.get(key), bool) or not isinstance(config.get(key), (int, float)):
-            raise ValueError(f"{key} must be a number, got {config.get(key)!r}")
+        value = config.get(key)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no decimal point) as a string
+            try:
+                config[key] = value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{key} must be a number, got {value!r}")
     for key in _MAPPING_OR_NONE:
         if config.get(key) is not None and not isinstance(config[key], dict):
             raise ValueError(f"{key} must be a mapping of keys to values (or null), got {config[key]!r}")
