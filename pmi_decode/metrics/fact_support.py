@@ -869,7 +869,7 @@ _HOW_MANY = re.compile(r"\b(?:how (?:many|much|long|old|far|big|large|tall|high|
 def _answering_value(question: str, units, spans, parsed, nlp_ner, doc_sentences) -> tuple[int | None, list]:
     """The number unit that answers a "when" or "how many/much" question (the first date for the
     one, the first other number for the other) and what the question asks of it: its nouns,
-    adjectives and verbs that the document has ("When did the club *move* to the *stadium*?"), so
+    adjectives and names that the document has ("When did the club move to the *stadium*?"), so
     that a true value of the document given to another question ("They moved in 1971", where 1971
     is the rename) is weighed against the clause it comes from (:func:`_said_of_something_else`).
     ``(None, [])`` for any other question."""
@@ -881,7 +881,9 @@ def _answering_value(question: str, units, spans, parsed, nlp_ner, doc_sentences
             continue
         dated = unit["label"] in ("DATE", "TIME") or _YEAR in _kind(parsed, spans[k])
         if dated == when:
-            return k, _question_words(question, nlp_ner, doc_sentences, ("NOUN", "ADJ", "VERB", "PROPN"))
+            # as a number's own clause is weighed: by nouns, adjectives and names, not verbs (a question's
+            # "start playing" matches a document's "started playing in the NFL" as readily as the answer's)
+            return k, _question_words(question, nlp_ner, doc_sentences, ("NOUN", "ADJ", "PROPN"))
     return None, []
 
 
