@@ -926,6 +926,10 @@ def test_a_place_said_of_another_place_is_caught(question, response, wrong):
     ("It opens at 4 am.", "4 pm", 0.0),
     ("In 1960.", "1959", 0.0),
     ("It is 35 km away.", "3.5 km", 0.0),
+    ("It was founded in the 1990s.", "1990", 0.0),  # a decade is no year
+    ("No one knows.", "1", 0.0),                     # "one" stays a word
+    ("The file is an MP3.", "3", 0.0),
+    ("James Bond 007", "7", 0.0),                    # digits as written
 ])
 def test_an_answer_written_another_way_matches(response, answer, match):
     assert answer_match(response, [answer]) == match
@@ -964,3 +968,12 @@ def test_a_question_s_verb_does_not_weigh_a_bare_answer():
     the verb says nothing of which value answers (a clause's verbs are not weighed either)."""
     page = "The Packers were founded in 1919 and started playing in the NFL in 1921. They moved to Lambeau Field in 1957."
     assert wrong_facts(page, ["When did they start playing at their current stadium?"], "1957.") == []
+
+
+def test_a_numpy_bool_is_taken_as_answerable():
+    import numpy as np
+
+    from pmi_decode.metrics.correctness import correctness_measures
+
+    row = correctness_measures(["It opens at 9."], [["When?"]], ["I don't know."], answerable=[np.True_])[0]
+    assert row["abstains_answerable"] == 1.0

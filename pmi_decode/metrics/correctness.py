@@ -212,7 +212,7 @@ _DECIMAL_POINT = re.compile(r"(?<=\d)\.(?=\d)")
 _THOUSANDS_GROUPS = re.compile(r"\b\d{1,3}(?:,\d{3})+\b")
 _SIGN_BEFORE = re.compile(r"([$£€])\s?(\d[\d.]*)")
 _SIGN_WORD = {"$": "dollars", "£": "pounds", "€": "euros"}
-_DIGITS_AND_LETTERS = re.compile(r"(?<=\d)(?=[a-z])|(?<=[a-z])(?=\d)")
+_CLOCK_SUFFIX = re.compile(r"(?<=\d)(?=(?:am|pm)\b)")
 _MONTH_NAMES = ("january february march april may june july august september october november december").split()
 _DAY_MONTH = re.compile(r"\b(\d{1,2}) (?:of )?(" + "|".join(_MONTH_NAMES) + r")\b")
 _ORDINAL_SUFFIX = re.compile(r"\b(\d+)(?:st|nd|rd|th)\b")
@@ -227,20 +227,20 @@ def _answer_words(text: str) -> list[str]:
     separators go ("1,360" is "1360", while "1,3,60" stays three numbers), a currency sign is its
     word ("$1,360" is "1360 dollars"), number words are digits ("three", "two hundred and ten"),
     "9am" is "9 am", "3 May" is "may 3", an ordinal is its number ("3rd" is "3") and British
-    spellings are American ("metres")."""
+    spellings are American ("metres"). "one" stays a word ("no one"), and digits stay as written
+    ("007", "the 1990s", "MP3")."""
     text = _THOUSANDS_GROUPS.sub(lambda m: m.group(0).replace(",", ""), text)
     text = _SIGN_BEFORE.sub(lambda m: f"{m.group(2)} {_SIGN_WORD[m.group(1)]}", text)
     text = _compound_numbers(text.replace("%", " percent")).lower()
     text = _DECIMAL_POINT.sub(" point ", text.replace("a.m.", "am").replace("p.m.", "pm"))
-    text = _DIGITS_AND_LETTERS.sub(" ", _ORDINAL_SUFFIX.sub(r"\1", text.replace(",", " ")))
+    text = _CLOCK_SUFFIX.sub(" ", _ORDINAL_SUFFIX.sub(r"\1", text.replace(",", " ")))
     text = _DAY_MONTH.sub(r"\2 \1", text)
     for british, american in _SPELLINGS.items():
         text = re.sub(rf"\b{british}\b", american, text)
-    out = []
-    for word in normalize_answer(text).split():
-        value = number_value(word)
-        out.append(value if value is not None and word not in ("st", "nd", "rd", "th") else word)
-    return out
+    # number words as digits ("three"), but not "one" ("no one", "this one"), and digits as written
+    # ("007", "1990s", "mp3" stay themselves)
+    return [number_value(word) if word.isalpha() and word != "one" and number_value(word) is not None else word
+            for word in normalize_answer(text).split()]
 
 
 def answer_match(response: str, answers: Sequence[str]) -> float | None:
@@ -534,8 +534,10 @@ def correctness_measures(documents: Sequence[str], histories: Sequence[Sequence[
         if isinstance(refs, str):
             raise ValueError(f"answers[{i}] must be a list of reference answers (or None), got the string {refs!r}: "
                              "pass one list per response")
-        if can is not None and not isinstance(can, bool):
+        if can is not None and (isinstance(can, (int, float, str)) and not isinstance(can, bool)
+                                or can not in (True, False)):  # a numpy bool is taken
             raise ValueError(f"answerable[{i}] must be true, false or None, got {can!r}")
+    answerable = [None if can is None else bool(can) for can in answerable]
     nlp = nlp if nlp is not None else load_nlp()
     nlp_ner = nlp_ner if nlp_ner is not None else load_nlp_ner()
     rows = []
