@@ -279,6 +279,7 @@ def _run_generate_sharded(args, records, config, settings, processes) -> int:
 def _run_demo(args) -> int:
     from .demo import run_demo
 
+    args.on_interrupt = "the demo keeps nothing of a stopped run; run it again"
     run_demo(args.input, DecodeConfig.from_args(args), model_name=args.model, device=args.device, dtype=args.dtype,
              width=args.width, save=args.save)
     return 0

@@ -641,3 +641,15 @@ def test_q2_models_that_cannot_be_loaded_are_named_before_scoring(tmp_path, caps
     err = capsys.readouterr().err
     assert "--q2-qg 'mrm8488/t5-base-finetuned-question-generation-ap'" in err and "--q2-qa" in err
     assert "nothing was scored" in err and not out.exists()
+
+
+def test_an_interrupted_demo_promises_no_resume(capsys, monkeypatch):
+    import pmi_decode.demo as demo
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "run_demo", stopped)
+    assert main(["demo"]) == 130
+    err = capsys.readouterr().err
+    assert "the demo keeps nothing of a stopped run" in err and "resume" not in err, err
