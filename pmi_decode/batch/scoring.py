@@ -88,11 +88,7 @@ def _pmi_faith(documents, histories, responses, *, progress=False, **options):
     that stops the whole file."""
     scorer = pmi_faith_scorer(**options)
     keys = ("cpmi_sum", "cpmi_mean", "upmi_sum", "upmi_mean", "num_tokens", "truncated")
-    blank = _blank_responses(responses, "PMI-Faith")
-    kept = [i for i in range(len(responses)) if i not in blank]
-    scored = scorer.score([documents[i] for i in kept], [histories[i] for i in kept], [responses[i] for i in kept],
-                          progress=progress, return_tokens=True) if kept else []
-    results = _put_back(scored, kept, len(responses))
+    results = _score_with_words(scorer, documents, histories, responses, progress, "PMI-Faith")
     out = []
     for r in results:
         if r is None:
@@ -116,27 +112,22 @@ def _pmi_faith_words(documents, histories, responses, *, progress=False, **optio
     from ..metrics.token_aggregation import aggregate, load_nlp
 
     scorer = pmi_faith_scorer(**{**options, "compute": ("cpmi", "upmi")})
-    blank = _blank_responses(responses, "PMI-Faith words")
-    kept = [i for i in range(len(responses)) if i not in blank]
-    scored = scorer.score([documents[i] for i in kept], [histories[i] for i in kept], [responses[i] for i in kept],
-                          progress=progress, return_tokens=True) if kept else []
+    results = _score_with_words(scorer, documents, histories, responses, progress, "PMI-Faith words")
     nlp = load_nlp()
     return [{} if r is None else aggregate(r["tokens"], r["token_cpmi"], r["token_upmi"], response, history, nlp=nlp)
-            for r, response, history in zip(_put_back(scored, kept, len(responses)), responses, histories)]
+            for r, response, history in zip(results, responses, histories)]
 
 
-def _blank_responses(responses, what: str) -> set[int]:
-    """The positions of responses without a word, said once in the log."""
-    blank = {i for i, response in enumerate(responses) if not response.strip()}
-    if blank:
-        logger.warning("%s: %d empty response(s) get no value", what, len(blank))
-    return blank
-
-
-def _put_back(results: list, kept: list[int], n: int) -> list:
-    """``results`` of the rows ``kept``, at their places among ``n`` (``None`` elsewhere)."""
-    out = [None] * n
-    for i, result in zip(kept, results):
+def _score_with_words(scorer, documents, histories, responses, progress: bool, what: str) -> list:
+    """``scorer.score`` (with tokens) of the responses that hold a word, in place; ``None`` for the
+    others (PMI-Faith of nothing is undefined), said once in the log."""
+    kept = [i for i, response in enumerate(responses) if response.strip()]
+    if len(kept) < len(responses):
+        logger.warning("%s: %d empty response(s) get no value", what, len(responses) - len(kept))
+    scored = scorer.score([documents[i] for i in kept], [histories[i] for i in kept], [responses[i] for i in kept],
+                          progress=progress, return_tokens=True) if kept else []
+    out = [None] * len(responses)
+    for i, result in zip(kept, scored):
         out[i] = result
     return out
 
